@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages vpod's build and tests need. Idempotent, and
+# silent when everything is already present. The CUDA 13 toolkit itself is a
+# prerequisite of the machine (see README.md), not installed here.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ clang-format
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libcpp-httplib-dev libpcre2-dev libutf8proc-dev libsimdjson-dev
+  libgtest-dev libbenchmark-dev
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install-deps: the CUDA 13 toolkit (nvcc) is required; install it from NVIDIA" >&2
+  exit 1
+fi

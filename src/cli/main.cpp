@@ -1,0 +1,38 @@
+// The `vpod` binary: parses the command line and runs one subcommand.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "vpod: an LLM serving engine with a virtually contiguous KV cache (vAttention) "
+      "and fused prefill+decode attention (POD-Attention)"};
+  app.name("vpod");
+  app.set_version_flag("--version", "vpod 0.1.0");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.require_subcommand(1);
+  app.parse_complete_callback([&] {
+    if (!vpod::configure_logging(log_level)) {
+      throw CLI::ValidationError("--log-level", "unknown level '" + log_level + "'");
+    }
+  });
+
+  vpod::cli::add_info_command(app);
+
+  if (argc <= 1) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
