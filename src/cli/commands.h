@@ -8,5 +8,6 @@
 namespace vpod::cli {
 
 void add_info_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace vpod::cli

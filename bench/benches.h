@@ -1,0 +1,8 @@
+// `vpod bench <name>` programs. Each benchmark lives in bench/<name>_bench.cpp
+// (or .cu), validates against a reference first, then prints a table on
+// stdout and writes JSON with --json FILE.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vpod::bench {}  // namespace vpod::bench

@@ -1,0 +1,13 @@
+// `vpod bench`: the parent of every benchmark subcommand (see bench/benches.h).
+#include "bench/benches.h"
+#include "cli/commands.h"
+
+namespace vpod::cli {
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: validate, then time and report");
+  bench->require_subcommand(1);
+  // One line per benchmark: bench::add_<name>_bench(*bench);
+}
+
+}  // namespace vpod::cli
