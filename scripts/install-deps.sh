@@ -27,6 +27,28 @@ if ((${#missing[@]} > 0)); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Python packages used only by tests and tools (never on the serving path).
+requirements=tools/requirements-test.txt
+if [[ -f $requirements ]] && command -v python3 >/dev/null 2>&1; then
+  if ! python3 - "$requirements" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, _, wanted = line.partition("==")
+    try:
+        if wanted and version(name) != wanted:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+PY
+    echo "install-deps: installing Python test packages from $requirements"
+    python3 -m pip install -q --disable-pip-version-check -r "$requirements"
+  fi
+fi
+
 if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "install-deps: the CUDA 13 toolkit (nvcc) is required; install it from NVIDIA" >&2
   exit 1
