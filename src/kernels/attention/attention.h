@@ -1,0 +1,174 @@
+// Attention over the KV cache: the public API the model runtime calls.
+//
+// One engine step:
+//   1. plan   = AttentionPlan::create(batch, dims, {.num_sms = gpu.sm_count});   (CPU, once)
+//   2. plan.upload(buffers, stream);                                              (once per step)
+//   3. per layer: append_kv(...); prefill(...); decode(...);   (or paged_* on a block table)
+// The plan holds every tile, split and combine decision for the step; every
+// layer reuses it. Launchers validate shapes, strides and dtypes and return a
+// Status on a mismatch; they allocate nothing (metadata and workspace come in
+// `AttentionBuffers`, sized by the plan) and only enqueue kernels on `stream`,
+// so a layer's launches can be captured in a CUDA graph.
+//
+// Layouts (strides in elements, head_dim always contiguous):
+//   q, out      [num_tokens, num_q_heads, head_dim], token stride free
+//               (prefill chunks' tokens first, then one token per decode,
+//               in HybridBatch order)
+//   k_new/v_new [num_tokens, num_kv_heads, head_dim], token stride free
+//   K/V cache   KvLayerView (contiguous per slot; both vAttention layouts) or
+//               PagedKvView (block table; the PagedAttention baseline)
+// Query i of a sequence sits at position cached_len + i and attends to
+// positions [0, cached_len + i] (bottom-right causal); a decode attends to its
+// whole context. The new tokens' K/V must be appended before attention runs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/hybrid_batch.h"
+#include "common/kv_view.h"
+#include "common/status.h"
+#include "common/tensor_view.h"
+#include "kernels/attention/attention_params.h"
+
+namespace vpod::attention {
+
+// A model's attention heads and element type; fixed for the model's life.
+struct AttentionDims {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;      // divides num_q_heads (GQA group = q / kv)
+  int head_dim = 0;          // 64 or 128
+  DType dtype = DType::f16;  // f16 or bf16 (q, out, K/V cache)
+
+  int group_size() const { return num_kv_heads > 0 ? num_q_heads / num_kv_heads : 0; }
+};
+
+// Checks heads, head_dim and dtype against what the kernels support.
+Status validate_dims(const AttentionDims& dims);
+
+// K/V behind a block table (the PagedAttention baseline). Element
+// (slot, token, head, d) lives at base + block_table[slot * max_blocks_per_slot
+// + token / block_size] * block_stride + (token % block_size) * token_stride +
+// head * head_stride + d. The table row of a sequence is its BatchSequence::slot.
+struct PagedKvView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::f16;
+  Device device = Device::cpu;
+  int num_blocks = 0;
+  int block_size = 0;  // tokens per block: a power of two (16 and 256 are benchmarked)
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::int64_t block_stride = 0;  // elements
+  std::int64_t token_stride = 0;
+  std::int64_t head_stride = 0;
+  const std::int32_t* block_table = nullptr;  // [num_slots, max_blocks_per_slot], same device
+  int num_slots = 0;
+  int max_blocks_per_slot = 0;
+};
+
+struct PlanOptions {
+  int num_sms = 0;  // SMs of the GPU the plan runs on (GpuInfo::sm_count); required
+  // 0: the planner decides. n > 0: force n KV splits per prefill tile / decode
+  // (clipped so no split is empty). For tests and experiments.
+  int prefill_splits = 0;
+  int decode_splits = 0;
+};
+
+// Device memory a plan needs, owned by the caller and sized once for the
+// largest step (plan.metadata_bytes(), plan.workspace_bytes()).
+struct AttentionBuffers {
+  void* metadata = nullptr;  // the plan's work lists, written by AttentionPlan::upload
+  std::size_t metadata_bytes = 0;
+  void* workspace = nullptr;  // fp32 partial outputs of KV splits
+  std::size_t workspace_bytes = 0;
+};
+
+// Every decision for one step's attention, made on the CPU from the batch.
+class AttentionPlan {
+ public:
+  static Result<AttentionPlan> create(const HybridBatch& batch, const AttentionDims& dims,
+                                      const PlanOptions& options);
+
+  const AttentionDims& dims() const { return dims_; }
+  int num_tokens() const { return num_prefill_tokens_ + num_decode_tokens_; }
+  int num_prefill_tokens() const { return num_prefill_tokens_; }
+  int num_decode_tokens() const { return num_decode_tokens_; }
+  // The largest slot index and context length the batch touches (validated
+  // against the KV view at launch).
+  int max_slot() const { return max_slot_; }
+  int max_context_len() const { return max_context_len_; }
+
+  // Device bytes needed: metadata (work lists) and workspace (split partials).
+  std::size_t metadata_bytes() const { return metadata_.size(); }
+  std::size_t workspace_bytes() const;
+  // Copies the work lists into buffers.metadata on `stream` (asynchronously;
+  // the plan must stay alive until the copy has run). Once per step.
+  Status upload(const AttentionBuffers& buffers, cudaStream_t stream) const;
+
+  // The plan's content, for launchers, tests and the benchmark.
+  const std::vector<PrefillWorkItem>& prefill_items() const { return prefill_items_; }
+  const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }
+  const std::vector<CombineItem>& prefill_combines() const { return prefill_combines_; }
+  const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }
+  int partial_rows() const { return partial_rows_; }
+  int decode_head_chunks() const;
+  // Device pointers into `buffers` for the kernels' parameters.
+  PlanPointers pointers(const AttentionBuffers& buffers) const;
+
+ private:
+  AttentionDims dims_;
+  int num_prefill_tokens_ = 0;
+  int num_decode_tokens_ = 0;
+  int max_slot_ = 0;
+  int max_context_len_ = 0;
+  std::vector<SequenceDesc> prefill_seqs_;
+  std::vector<SequenceDesc> decode_seqs_;
+  std::vector<PrefillWorkItem> prefill_items_;
+  std::vector<DecodeWorkItem> decode_items_;
+  std::vector<CombineItem> prefill_combines_;
+  std::vector<CombineItem> decode_combines_;
+  std::vector<TokenSlot> token_slots_;
+  int partial_rows_ = 0;
+  PlanLayout layout_;
+  std::vector<std::byte> metadata_;  // host image of the device metadata
+
+  void build_metadata();
+};
+
+// ---------------------------------------------------------------------------
+// Launchers. Each validates its inputs, then enqueues on `stream`. The plan
+// must have been uploaded to `buffers` (upload() once per step).
+// ---------------------------------------------------------------------------
+
+// Writes every new token's K and V (prefill chunks and decodes) into the cache
+// at (slot, cached_len + i).
+Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                 const TensorView& k_new, const TensorView& v_new, const KvLayerView& kv,
+                 cudaStream_t stream);
+Status paged_append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                       const TensorView& k_new, const TensorView& v_new, const PagedKvView& kv,
+                       cudaStream_t stream);
+
+// Attention of the prefill chunks' queries (rows [0, num_prefill_tokens) of q
+// and out). softmax_scale is usually 1/sqrt(head_dim); it must be > 0.
+Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+               const KvLayerView& kv, const TensorView& out, float softmax_scale,
+               cudaStream_t stream);
+Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                     const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                     float softmax_scale, cudaStream_t stream);
+
+// Attention of the decodes' queries (the last num_decode_tokens rows).
+Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+              const KvLayerView& kv, const TensorView& out, float softmax_scale,
+              cudaStream_t stream);
+Status paged_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+                    const PagedKvView& kv, const TensorView& out, float softmax_scale,
+                    cudaStream_t stream);
+
+}  // namespace vpod::attention

@@ -1,0 +1,162 @@
+// Plain data shared by the host planner/launchers and the device code: work
+// items, kernel parameters, tile shapes. No CUDA headers: host code includes
+// it too. All structs are trivially copyable; the kernels take
+// `AttentionParams` by value as a __grid_constant__ parameter.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vpod::attention {
+
+// ---------------------------------------------------------------------------
+// Tile shapes. The planner cuts work in these units, the kernels compute them.
+// ---------------------------------------------------------------------------
+// Prefill: a CTA of 4 warps owns 128 query rows of one head (32 rows per warp)
+// and walks the keys in blocks of 64 (FlashAttention-2's sm80/sm90 shape).
+inline constexpr int kPrefillBlockM = 128;
+inline constexpr int kPrefillBlockN = 64;
+// Decode: a CTA of 4 warps owns the (up to 16) query heads of one KV head for
+// one sequence, and walks the keys in blocks of 64 (16 per warp).
+inline constexpr int kDecodeRows = 16;
+inline constexpr int kDecodeBlockN = 64;
+inline constexpr int kAttentionThreads = 128;
+// CTAs the kernels fit per SM (registers and shared memory, see docs/attention.md);
+// the planner sizes waves with them.
+inline constexpr int kPrefillCtasPerSm = 2;
+inline constexpr int kDecodeCtasPerSm = 2;
+
+// ---------------------------------------------------------------------------
+// Work lists (built by AttentionPlan, read by the kernels).
+// ---------------------------------------------------------------------------
+// One sequence of the batch, as the kernels see it (16 bytes).
+struct SequenceDesc {
+  std::int32_t slot;          // KV-cache slot (paged: block-table row)
+  std::int32_t cached_len;    // keys already cached before this step's tokens
+  std::int32_t num_new;       // this step's tokens (1 for a decode)
+  std::int32_t token_offset;  // row of the first new token in q / out
+};
+
+// One prefill CTA per (item, query head): query rows [q_begin, q_begin +
+// min(kPrefillBlockM, num_new - q_begin)) of sequence `seq`, keys
+// [kv_begin, kv_end). kv_begin is a multiple of kPrefillBlockN; kv_end is
+// clipped to the causal bound of the tile's last row.
+struct PrefillWorkItem {
+  std::int32_t seq;      // index into the prefill sequences
+  std::int32_t q_begin;  // first query row of the tile, within the chunk
+  std::int32_t kv_begin;
+  std::int32_t kv_end;
+  std::int32_t partial_row;  // -1: the tile writes `out`; else its first partial row
+  std::int32_t split;        // index of this KV split (0 when unsplit)
+  std::int32_t num_splits;   // KV splits of this tile
+  std::int32_t cost;         // key blocks to process (planner's estimate)
+};
+
+// One decode CTA per (item, KV head, head chunk): keys [kv_begin, kv_end) of
+// decode `seq`; kv_begin is a multiple of kDecodeBlockN.
+struct DecodeWorkItem {
+  std::int32_t seq;  // index into the decode sequences
+  std::int32_t kv_begin;
+  std::int32_t kv_end;
+  std::int32_t partial_row;  // -1: writes `out`; else the partial row of this split
+};
+
+// One output token whose value is merged from KV splits: split s of row r
+// lives at partial row `partial_row + s * partial_stride`.
+struct CombineItem {
+  std::int32_t token;  // row of q / out
+  std::int32_t num_splits;
+  std::int32_t partial_row;
+  std::int32_t partial_stride;
+};
+
+// Where each new token's K/V goes (append).
+struct TokenSlot {
+  std::int32_t slot;
+  std::int32_t position;
+};
+
+// Byte offsets of the work lists inside AttentionBuffers::metadata.
+struct PlanLayout {
+  std::size_t prefill_seqs = 0;
+  std::size_t decode_seqs = 0;
+  std::size_t prefill_items = 0;
+  std::size_t decode_items = 0;
+  std::size_t prefill_combines = 0;
+  std::size_t decode_combines = 0;
+  std::size_t token_slots = 0;
+  std::size_t total = 0;
+};
+
+// Device pointers to the uploaded work lists and the split workspace.
+struct PlanPointers {
+  const SequenceDesc* prefill_seqs = nullptr;
+  const SequenceDesc* decode_seqs = nullptr;
+  const PrefillWorkItem* prefill_items = nullptr;
+  const DecodeWorkItem* decode_items = nullptr;
+  const CombineItem* prefill_combines = nullptr;
+  const CombineItem* decode_combines = nullptr;
+  const TokenSlot* token_slots = nullptr;
+  float* partial_o = nullptr;    // [partial_rows, num_q_heads, head_dim]
+  float* partial_lse = nullptr;  // [partial_rows, num_q_heads], log2 domain
+};
+
+// ---------------------------------------------------------------------------
+// Kernel parameters.
+// ---------------------------------------------------------------------------
+// How a kernel finds the K/V row of (slot, token, head). Contiguous (vAttention)
+// when block_table is null: offset = slot * outer_stride + token * token_stride
+// + head * head_stride. Paged: offset = block_table[slot * block_table_stride +
+// token >> block_shift] * outer_stride + (token & (block_size-1)) * token_stride
+// + head * head_stride. Offsets in elements.
+struct KvAddressing {
+  void* k = nullptr;
+  void* v = nullptr;
+  std::int64_t outer_stride = 0;  // slot stride (contiguous) or block stride (paged)
+  std::int64_t token_stride = 0;
+  std::int64_t head_stride = 0;
+  const std::int32_t* block_table = nullptr;
+  std::int32_t block_table_stride = 0;
+  std::int32_t block_shift = 0;
+};
+
+struct AttentionParams {
+  const void* q = nullptr;          // [num_tokens, num_q_heads, head_dim]
+  std::int64_t q_token_stride = 0;  // elements
+  void* out = nullptr;              // [num_tokens, num_q_heads, head_dim]
+  std::int64_t out_token_stride = 0;
+  KvAddressing kv;
+  std::int32_t num_q_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t group_size = 0;          // num_q_heads / num_kv_heads
+  std::int32_t decode_head_chunks = 0;  // ceil(group_size / kDecodeRows)
+  float scale_log2 = 0.f;               // softmax_scale * log2(e)
+  std::int32_t num_prefill_items = 0;
+  std::int32_t num_decode_items = 0;
+  PlanPointers plan;
+};
+
+struct CombineParams {
+  const CombineItem* items = nullptr;
+  std::int32_t num_items = 0;
+  const float* partial_o = nullptr;    // [partial_rows, num_q_heads, head_dim]
+  const float* partial_lse = nullptr;  // [partial_rows, num_q_heads]
+  void* out = nullptr;                 // [num_tokens, num_q_heads, head_dim]
+  std::int64_t out_token_stride = 0;
+  std::int32_t num_q_heads = 0;
+};
+
+struct AppendParams {
+  const void* k_new = nullptr;  // [num_tokens, num_kv_heads, head_dim]
+  const void* v_new = nullptr;
+  std::int64_t k_new_token_stride = 0;
+  std::int64_t v_new_token_stride = 0;
+  const TokenSlot* token_slots = nullptr;  // [num_tokens]
+  std::int32_t num_tokens = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t element_bytes = 0;
+  KvAddressing kv;
+};
+
+}  // namespace vpod::attention
