@@ -1,0 +1,103 @@
+// The paged baseline (`--kv-cache paged`): vLLM's PagedAttention memory
+// manager. One buffer is allocated up front (device memory on CUDA, host
+// memory on the CPU), laid out per layer as K and V block pools
+// `[num_blocks, block_size, kv_heads, head_dim]`; a sequence's tokens live in
+// fixed-size blocks listed in its block table. Blocks are handed out
+// last-in-first-out and freed the moment a slot is released: a freed block is
+// only rewritten by kernels queued later on the same stream, so no fence is
+// needed. Growth is pure bookkeeping (no driver calls), so prepare() finishes
+// synchronously and its ticket is always 0.
+//
+// Thread-safety: every method is safe from any thread (one mutex). Views hold
+// pointers into the block tables: on the CPU, do not grow a slot while a
+// kernel reads them; on CUDA, call sync_block_tables(stream) after growth and
+// before the kernels that read the tables.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "cuda/device_buffer.h"
+#include "kvcache/kv_store.h"
+#include "kvcache/paged_kv_view.h"
+
+namespace vpod::kvcache {
+
+struct PagedKvCacheConfig {
+  KvShape shape;
+  int block_size = 16;  // tokens per block
+  int max_slots = 0;
+  int max_ctx = 0;
+  std::size_t memory_bytes = 0;  // floor(memory / block_bytes) blocks
+  Device device = Device::cpu;
+  int cuda_device = 0;
+};
+
+class PagedKvCache final : public KvStore {
+ public:
+  static Result<std::unique_ptr<PagedKvCache>> create(const PagedKvCacheConfig& config);
+  ~PagedKvCache() override;
+  PagedKvCache(const PagedKvCache&) = delete;
+  PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+  const PagedKvCacheConfig& config() const { return config_; }
+  int num_blocks() const { return num_blocks_; }
+  int max_blocks_per_slot() const { return max_blocks_per_slot_; }
+  // K and V of all layers for one block.
+  std::size_t block_bytes() const { return config_.block_size * config_.shape.bytes_per_token(); }
+
+  // Layer `layer`'s pools and the block tables (device copy on CUDA).
+  PagedKvLayerView layer_view(int layer) const;
+  // The slot's allocated blocks, in token order (host copy).
+  std::vector<std::int32_t> block_table(int slot) const;
+  // CUDA: copies the host block tables to the device copy on `stream` if they
+  // changed since the last call. CPU: nothing to do.
+  Status sync_block_tables(cudaStream_t stream);
+
+  // KvStore.
+  int max_slots() const override { return config_.max_slots; }
+  int max_ctx() const override { return config_.max_ctx; }
+  Result<int> acquire(std::int64_t expected_tokens) override;
+  Status release(int slot, cudaStream_t last_reader) override;
+  Status ensure(int slot, std::int64_t tokens) override;
+  Result<PrepareTicket> prepare(std::span<const SlotTokens> next) override;
+  Status wait(PrepareTicket ticket) override;
+  std::int64_t capacity_tokens() const override;
+  std::int64_t capacity_tokens(int slot) const override;
+  std::int64_t free_tokens() const override;
+  std::int64_t backed_tokens(int slot) const override;
+  int num_free_slots() const override;
+  KvStats stats() const override;
+
+  // Each block in exactly one place (a table or the free list). For tests.
+  Status check_invariants() const;
+
+ private:
+  explicit PagedKvCache(const PagedKvCacheConfig& config) : config_(config) {}
+  Status init();
+  Status check_slot(int slot) const;
+  Status ensure_locked(int slot, std::int64_t tokens);
+
+  const PagedKvCacheConfig config_;
+  int num_blocks_ = 0;
+  int max_blocks_per_slot_ = 0;
+  std::byte* pool_ = nullptr;  // [layers][2][num_blocks][block_size][heads][dim]
+  void* host_allocation_ = nullptr;
+  cuda::DeviceBuffer device_pool_;
+  cuda::DeviceBuffer device_tables_;
+
+  mutable std::mutex mutex_;
+  std::vector<std::int32_t> tables_;       // [max_slots][max_blocks_per_slot]
+  std::vector<std::int32_t> slot_blocks_;  // [max_slots] blocks allocated
+  std::vector<std::int64_t> used_tokens_;  // [max_slots]
+  std::vector<std::uint8_t> active_;       // [max_slots]
+  std::vector<std::int32_t> free_blocks_;  // LIFO
+  bool tables_dirty_ = true;
+};
+
+}  // namespace vpod::kvcache
