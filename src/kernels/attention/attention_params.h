@@ -144,6 +144,7 @@ struct CombineParams {
   void* out = nullptr;                 // [num_tokens, num_q_heads, head_dim]
   std::int64_t out_token_stride = 0;
   std::int32_t num_q_heads = 0;
+  std::int32_t head_dim = 0;
 };
 
 struct AppendParams {

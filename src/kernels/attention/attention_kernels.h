@@ -1,0 +1,30 @@
+// Internal: the host entry points of the attention kernels, one per kernel and
+// element type, implemented in the .cu files of this folder. Only the
+// launchers in attention_launch.cpp call them, after validating every input.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/attention/attention_params.h"
+
+namespace vpod::attention::detail {
+
+// grid = (num_q_heads, num_prefill_items)
+Status launch_prefill_f16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+Status launch_prefill_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+// grid = (num_kv_heads * decode_head_chunks, num_decode_items)
+Status launch_decode_f16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+// Merges KV splits: one CTA per combine item.
+Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cudaStream_t stream);
+Status launch_append(const AppendParams& params, cudaStream_t stream);
+
+enum class KernelKind { prefill, decode };
+// CTAs of a kernel that fit on one SM of the current device (occupancy query).
+Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim);
+Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim);
+Result<int> ctas_per_sm_bf16(KernelKind kind, int head_dim);
+
+}  // namespace vpod::attention::detail

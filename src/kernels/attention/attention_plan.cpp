@@ -1,0 +1,347 @@
+// The attention planner: turns one step's HybridBatch into work lists (prefill
+// tiles, decode items, KV splits and their combines) once, on the CPU. Every
+// layer of the step reuses the plan; see docs/attention.md for the heuristics.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <queue>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "kernels/attention/attention.h"
+
+namespace vpod::attention {
+namespace {
+
+// A split must keep at least this many key blocks, so the fixed cost of a CTA
+// (Q load, pipeline fill, partial write) stays small beside its main loop.
+constexpr int kMinPrefillBlocksPerSplit = 4;
+constexpr int kMaxPrefillSplits = 32;
+constexpr int kMaxDecodeSplits = 64;
+// Costs in "key blocks processed by one CTA slot". A CTA's start and end
+// (Q load, pipeline fill, cross-warp merge) cost about one block; a split adds
+// the combine launch and its partial traffic, about two blocks of a 128-dim
+// decode (doubled for 64-dim, whose blocks are half as long).
+constexpr double kDecodeCtaOverheadBlocks = 1.0;
+constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
+// Above this many CTAs, wave quantization is a few percent and the makespan is
+// estimated from the total instead of simulated.
+constexpr std::size_t kMaxSimulatedCtas = 8192;
+// Grid dimension y holds the work items.
+constexpr std::size_t kMaxGridY = 65535;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+std::size_t align_up(std::size_t value, std::size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+Status validate_batch(const HybridBatch& batch) {
+  int offset = 0;
+  for (std::size_t i = 0; i < batch.prefills.size(); ++i) {
+    const BatchSequence& s = batch.prefills[i];
+    if (s.num_new < 1 || s.cached_len < 0 || s.slot < 0) {
+      return invalid_argument(
+          fmt::format("prefill {}: needs num_new >= 1, cached_len >= 0, slot >= 0 (got {}, {}, {})",
+                      i, s.num_new, s.cached_len, s.slot));
+    }
+    if (s.token_offset != offset) {
+      return invalid_argument(fmt::format(
+          "prefill {}: token_offset {} but its tokens start at row {} of the flattened batch", i,
+          s.token_offset, offset));
+    }
+    offset += s.num_new;
+  }
+  for (std::size_t i = 0; i < batch.decodes.size(); ++i) {
+    const BatchSequence& s = batch.decodes[i];
+    if (s.num_new != 1 || s.cached_len < 0 || s.slot < 0) {
+      return invalid_argument(
+          fmt::format("decode {}: needs num_new == 1, cached_len >= 0, slot >= 0 (got {}, {}, {})",
+                      i, s.num_new, s.cached_len, s.slot));
+    }
+    if (s.token_offset != offset) {
+      return invalid_argument(
+          fmt::format("decode {}: token_offset {} but its token is row {} of the flattened batch",
+                      i, s.token_offset, offset));
+    }
+    offset += 1;
+  }
+  return Status();
+}
+
+SequenceDesc describe(const BatchSequence& s) {
+  return SequenceDesc{s.slot, s.cached_len, s.num_new, s.token_offset};
+}
+
+// Longest-processing-time-first makespan of `costs` (sorted descending) on
+// `slots` identical CTA slots.
+double estimate_makespan(const std::vector<double>& costs, int slots) {
+  if (costs.empty()) return 0.0;
+  if (costs.size() > kMaxSimulatedCtas) {
+    double total = 0.0;
+    for (double c : costs) total += c;
+    return total / slots + costs.front();
+  }
+  std::priority_queue<double, std::vector<double>, std::greater<double>> finish;
+  for (int i = 0; i < slots; ++i) finish.push(0.0);
+  double makespan = 0.0;
+  for (double c : costs) {
+    const double start = finish.top();
+    finish.pop();
+    finish.push(start + c);
+    makespan = std::max(makespan, start + c);
+  }
+  return makespan;
+}
+
+}  // namespace
+
+Status validate_dims(const AttentionDims& dims) {
+  if (dims.num_q_heads < 1 || dims.num_kv_heads < 1) {
+    return invalid_argument(fmt::format("attention needs >= 1 query and KV head (got {} and {})",
+                                        dims.num_q_heads, dims.num_kv_heads));
+  }
+  if (dims.num_q_heads % dims.num_kv_heads != 0) {
+    return invalid_argument(fmt::format("{} query heads are not a multiple of {} KV heads",
+                                        dims.num_q_heads, dims.num_kv_heads));
+  }
+  if (dims.head_dim != 64 && dims.head_dim != 128) {
+    return unimplemented(
+        fmt::format("attention head_dim {} is not supported (64 or 128)", dims.head_dim));
+  }
+  if (dims.dtype != DType::f16 && dims.dtype != DType::bf16) {
+    return unimplemented(
+        fmt::format("attention dtype {} is not supported (fp16 or bf16)", dtype_name(dims.dtype)));
+  }
+  return Status();
+}
+
+int AttentionPlan::decode_head_chunks() const { return ceil_div(dims_.group_size(), kDecodeRows); }
+
+Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const AttentionDims& dims,
+                                            const PlanOptions& options) {
+  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  if (options.num_sms < 1) return invalid_argument("PlanOptions::num_sms must be >= 1");
+  if (options.prefill_splits < 0 || options.decode_splits < 0) {
+    return invalid_argument("PlanOptions split counts must be >= 0");
+  }
+  VPOD_RETURN_IF_ERROR(validate_batch(batch));
+
+  AttentionPlan plan;
+  plan.dims_ = dims;
+  plan.num_prefill_tokens_ = batch.num_prefill_tokens();
+  plan.num_decode_tokens_ = batch.num_decode_tokens();
+  for (const auto* list : {&batch.prefills, &batch.decodes}) {
+    for (const BatchSequence& s : *list) {
+      plan.max_slot_ = std::max(plan.max_slot_, s.slot);
+      plan.max_context_len_ = std::max(plan.max_context_len_, s.context_len());
+      for (int i = 0; i < s.num_new; ++i) plan.token_slots_.push_back({s.slot, s.cached_len + i});
+    }
+  }
+  for (const BatchSequence& s : batch.prefills) plan.prefill_seqs_.push_back(describe(s));
+  for (const BatchSequence& s : batch.decodes) plan.decode_seqs_.push_back(describe(s));
+
+  // ---- Prefill: one tile per kPrefillBlockM query rows of a chunk. When the
+  // tiles cannot fill the GPU (a short chunk on a long context), each tile's
+  // keys are split so the grid holds about one wave of CTAs; never more than
+  // the keys allow (kMinPrefillBlocksPerSplit blocks a split).
+  struct Tile {
+    int seq, q_begin, rows, kv_end, blocks;
+  };
+  std::vector<Tile> tiles;
+  for (int i = 0; i < static_cast<int>(batch.prefills.size()); ++i) {
+    const BatchSequence& s = batch.prefills[i];
+    for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
+      const int rows = std::min(kPrefillBlockM, s.num_new - q);
+      const int kv_end = s.cached_len + q + rows;  // causal bound of the tile's last row
+      tiles.push_back({i, q, rows, kv_end, ceil_div(kv_end, kPrefillBlockN)});
+    }
+  }
+  const long long prefill_slots = static_cast<long long>(options.num_sms) * kPrefillCtasPerSm;
+  const long long base_ctas = static_cast<long long>(tiles.size()) * dims.num_q_heads;
+  int split_target = 1;
+  if (options.prefill_splits > 0) {
+    split_target = options.prefill_splits;
+  } else if (base_ctas > 0 && base_ctas < prefill_slots) {
+    split_target = static_cast<int>(
+        std::min<long long>(kMaxPrefillSplits, (prefill_slots + base_ctas - 1) / base_ctas));
+  }
+  for (const Tile& t : tiles) {
+    int splits = split_target;
+    if (options.prefill_splits == 0) {
+      splits = std::min(splits, std::max(1, t.blocks / kMinPrefillBlocksPerSplit));
+    }
+    splits = std::clamp(splits, 1, t.blocks);
+    const int per_split = ceil_div(t.blocks, splits);
+    splits = ceil_div(t.blocks, per_split);
+    int partial_base = -1;
+    if (splits > 1) {
+      partial_base = plan.partial_rows_;
+      plan.partial_rows_ += splits * t.rows;
+      const SequenceDesc& s = plan.prefill_seqs_[t.seq];
+      for (int r = 0; r < t.rows; ++r) {
+        plan.prefill_combines_.push_back(
+            {s.token_offset + t.q_begin + r, splits, partial_base + r, t.rows});
+      }
+    }
+    for (int j = 0; j < splits; ++j) {
+      const int kv_begin = j * per_split * kPrefillBlockN;
+      const int kv_end = std::min((j + 1) * per_split * kPrefillBlockN, t.kv_end);
+      plan.prefill_items_.push_back({t.seq, t.q_begin, kv_begin, kv_end,
+                                     splits > 1 ? partial_base + j * t.rows : -1, j, splits,
+                                     ceil_div(kv_end - kv_begin, kPrefillBlockN)});
+    }
+  }
+  // Longest first: the causal tiles near the end of a long prompt start in the
+  // first wave, the short ones fill the tail.
+  std::stable_sort(
+      plan.prefill_items_.begin(), plan.prefill_items_.end(),
+      [](const PrefillWorkItem& a, const PrefillWorkItem& b) { return a.cost > b.cost; });
+
+  // ---- Decode: split every context into chunks of `chunk` key blocks. The
+  // chunk is the one with the smallest estimated makespan of the decode grid
+  // on num_sms * kDecodeCtasPerSm CTA slots, counting each CTA's fixed cost
+  // and the combine a split needs.
+  const int heads_per_item = dims.num_kv_heads * plan.decode_head_chunks();
+  const int decode_slots = options.num_sms * kDecodeCtasPerSm;
+  const double combine_overhead = kDecodeCombineOverheadBlocks128 * 128.0 / dims.head_dim;
+  std::vector<int> decode_blocks;
+  int max_blocks = 0;
+  for (const BatchSequence& s : batch.decodes) {
+    decode_blocks.push_back(ceil_div(s.context_len(), kDecodeBlockN));
+    max_blocks = std::max(max_blocks, decode_blocks.back());
+  }
+  auto splits_for = [&](int blocks, int chunk) { return ceil_div(blocks, chunk); };
+  int best_chunk = std::max(max_blocks, 1);
+  if (options.decode_splits > 0) {
+    best_chunk = std::max(1, ceil_div(max_blocks, options.decode_splits));
+  } else if (!decode_blocks.empty()) {
+    double best_time = -1.0;
+    int last_chunk = -1;
+    for (int n = 1; n <= kMaxDecodeSplits; ++n) {
+      const int chunk = std::max(1, ceil_div(max_blocks, n));
+      if (chunk == last_chunk) continue;
+      last_chunk = chunk;
+      std::vector<double> costs;
+      bool any_split = false;
+      for (int blocks : decode_blocks) {
+        const int splits = splits_for(blocks, chunk);
+        any_split = any_split || splits > 1;
+        const int per = ceil_div(blocks, splits);
+        for (int j = 0; j < splits; ++j) {
+          const int b = std::min(per, blocks - j * per);
+          for (int h = 0; h < heads_per_item; ++h) costs.push_back(b + kDecodeCtaOverheadBlocks);
+        }
+      }
+      std::sort(costs.begin(), costs.end(), std::greater<double>());
+      const double time =
+          estimate_makespan(costs, decode_slots) + (any_split ? combine_overhead : 0.0);
+      if (best_time < 0.0 || time < best_time - 1e-9) {
+        best_time = time;
+        best_chunk = chunk;
+      }
+    }
+  }
+  for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) {
+    const int blocks = decode_blocks[i];
+    const int ctx = batch.decodes[i].context_len();
+    const int splits = splits_for(blocks, best_chunk);
+    const int per = ceil_div(blocks, splits);
+    int partial_base = -1;
+    if (splits > 1) {
+      partial_base = plan.partial_rows_;
+      plan.partial_rows_ += splits;
+      plan.decode_combines_.push_back({batch.decodes[i].token_offset, splits, partial_base, 1});
+    }
+    for (int j = 0; j < splits; ++j) {
+      const int kv_begin = j * per * kDecodeBlockN;
+      VPOD_CHECK(kv_begin < ctx);  // (splits - 1) * per < blocks: no split is empty
+      const int kv_end = std::min((j + 1) * per * kDecodeBlockN, ctx);
+      plan.decode_items_.push_back({i, kv_begin, kv_end, splits > 1 ? partial_base + j : -1});
+    }
+  }
+  std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),
+                   [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
+                     return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
+                   });
+
+  if (plan.prefill_items_.size() > kMaxGridY || plan.decode_items_.size() > kMaxGridY) {
+    return out_of_range(
+        fmt::format("attention plan has {} prefill and {} decode work items; at "
+                    "most {} each fit one launch",
+                    plan.prefill_items_.size(), plan.decode_items_.size(), kMaxGridY));
+  }
+  plan.build_metadata();
+  return plan;
+}
+
+void AttentionPlan::build_metadata() {
+  constexpr std::size_t kAlign = 16;
+  std::size_t offset = 0;
+  auto place = [&](std::size_t bytes) {
+    const std::size_t at = offset;
+    offset = align_up(offset + bytes, kAlign);
+    return at;
+  };
+  layout_.prefill_seqs = place(prefill_seqs_.size() * sizeof(SequenceDesc));
+  layout_.decode_seqs = place(decode_seqs_.size() * sizeof(SequenceDesc));
+  layout_.prefill_items = place(prefill_items_.size() * sizeof(PrefillWorkItem));
+  layout_.decode_items = place(decode_items_.size() * sizeof(DecodeWorkItem));
+  layout_.prefill_combines = place(prefill_combines_.size() * sizeof(CombineItem));
+  layout_.decode_combines = place(decode_combines_.size() * sizeof(CombineItem));
+  layout_.token_slots = place(token_slots_.size() * sizeof(TokenSlot));
+  layout_.total = offset;
+  metadata_.assign(offset, std::byte{0});
+  auto copy = [&](std::size_t at, const auto& v) {
+    if (!v.empty()) std::memcpy(metadata_.data() + at, v.data(), v.size() * sizeof(v[0]));
+  };
+  copy(layout_.prefill_seqs, prefill_seqs_);
+  copy(layout_.decode_seqs, decode_seqs_);
+  copy(layout_.prefill_items, prefill_items_);
+  copy(layout_.decode_items, decode_items_);
+  copy(layout_.prefill_combines, prefill_combines_);
+  copy(layout_.decode_combines, decode_combines_);
+  copy(layout_.token_slots, token_slots_);
+}
+
+std::size_t AttentionPlan::workspace_bytes() const {
+  const std::size_t rows = static_cast<std::size_t>(partial_rows_) * dims_.num_q_heads;
+  return align_up(rows * dims_.head_dim * sizeof(float), 256) + align_up(rows * sizeof(float), 256);
+}
+
+PlanPointers AttentionPlan::pointers(const AttentionBuffers& buffers) const {
+  PlanPointers p;
+  auto* base = static_cast<std::byte*>(buffers.metadata);
+  if (base != nullptr) {
+    p.prefill_seqs = reinterpret_cast<const SequenceDesc*>(base + layout_.prefill_seqs);
+    p.decode_seqs = reinterpret_cast<const SequenceDesc*>(base + layout_.decode_seqs);
+    p.prefill_items = reinterpret_cast<const PrefillWorkItem*>(base + layout_.prefill_items);
+    p.decode_items = reinterpret_cast<const DecodeWorkItem*>(base + layout_.decode_items);
+    p.prefill_combines = reinterpret_cast<const CombineItem*>(base + layout_.prefill_combines);
+    p.decode_combines = reinterpret_cast<const CombineItem*>(base + layout_.decode_combines);
+    p.token_slots = reinterpret_cast<const TokenSlot*>(base + layout_.token_slots);
+  }
+  if (buffers.workspace != nullptr && partial_rows_ > 0) {
+    const std::size_t rows = static_cast<std::size_t>(partial_rows_) * dims_.num_q_heads;
+    auto* ws = static_cast<std::byte*>(buffers.workspace);
+    p.partial_o = reinterpret_cast<float*>(ws);
+    p.partial_lse =
+        reinterpret_cast<float*>(ws + align_up(rows * dims_.head_dim * sizeof(float), 256));
+  }
+  return p;
+}
+
+Status AttentionPlan::upload(const AttentionBuffers& buffers, cudaStream_t stream) const {
+  if (metadata_.empty()) return Status();
+  if (buffers.metadata == nullptr || buffers.metadata_bytes < metadata_.size()) {
+    return invalid_argument(
+        fmt::format("attention metadata buffer holds {} bytes; the plan needs {}",
+                    buffers.metadata == nullptr ? 0 : buffers.metadata_bytes, metadata_.size()));
+  }
+  return cuda_status(cudaMemcpyAsync(buffers.metadata, metadata_.data(), metadata_.size(),
+                                     cudaMemcpyHostToDevice, stream),
+                     "cudaMemcpyAsync(attention plan metadata)");
+}
+
+}  // namespace vpod::attention
