@@ -9,5 +9,6 @@ namespace vpod::cli {
 
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
 
 }  // namespace vpod::cli

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   });
 
   vpod::cli::add_info_command(app);
+  vpod::cli::add_bench_command(app);
+  vpod::cli::add_make_model_command(app);
 
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);

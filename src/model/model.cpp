@@ -1,0 +1,384 @@
+#include "model/model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+#include "kernels/rope/rope.h"
+#include "model/weight_layout.h"
+
+namespace vpod::model {
+
+namespace {
+
+// A [rows, heads, head_dim] view of columns [col, col + heads*head_dim).
+TensorView sub3d(const TensorView& base, std::int64_t rows, std::int64_t heads,
+                 std::int64_t head_dim, std::int64_t col) {
+  auto* p = static_cast<std::uint8_t*>(base.data()) + col * dtype_size(base.dtype());
+  return TensorView(p, base.dtype(), {rows, heads, head_dim}, {base.stride(0), head_dim, 1},
+                    base.device());
+}
+
+kernels::RopeParams rope_params(const RopeConfig& r) {
+  kernels::RopeParams p;
+  p.theta = r.theta;
+  p.scaling = r.scaling == RopeScaling::none     ? kernels::RopeScalingType::none
+              : r.scaling == RopeScaling::linear ? kernels::RopeScalingType::linear
+                                                 : kernels::RopeScalingType::llama3;
+  p.factor = r.factor;
+  p.low_freq_factor = r.low_freq_factor;
+  p.high_freq_factor = r.high_freq_factor;
+  p.original_max_position_embeddings = r.original_max_position_embeddings;
+  return p;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Checks the checkpoint holds exactly the tensors of the config's layout.
+Status validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& config,
+                           const std::filesystem::path& dir) {
+  std::set<std::string> expected;
+  for (const WeightSpec& spec : weight_layout(config)) {
+    expected.insert(spec.name);
+    const WeightTensor* t = ckpt.find(spec.name);
+    if (t == nullptr) {
+      return data_loss(dir.string() + ": tensor '" + spec.name +
+                       "' is missing from the checkpoint");
+    }
+    if (t->shape != spec.shape) {
+      return data_loss(dir.string() + "/" + t->file + ": tensor '" + spec.name + "' has shape " +
+                       shape_string(t->shape) + ", the config needs " + shape_string(spec.shape));
+    }
+  }
+  for (const auto& [name, t] : ckpt.tensors()) {
+    if (expected.count(name) != 0) continue;
+    // Old Llama checkpoints store the RoPE table; it is recomputed, not read.
+    if (name.ends_with(".self_attn.rotary_emb.inv_freq")) continue;
+    return data_loss(dir.string() + "/" + t.file + ": unexpected tensor '" + name + "' for " +
+                     std::string(architecture_name(config.arch)));
+  }
+  return {};
+}
+
+// A progress bar on stderr while uploading weights, only on a terminal.
+class Progress {
+ public:
+  explicit Progress(std::uint64_t total) : total_(total), enabled_(::isatty(2) != 0) {}
+  void add(std::uint64_t bytes) {
+    done_ += bytes;
+    if (!enabled_ || total_ == 0) return;
+    const int percent = static_cast<int>(100 * done_ / total_);
+    if (percent == last_) return;
+    last_ = percent;
+    constexpr int kWidth = 40;
+    const int filled = percent * kWidth / 100;
+    std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% (%.1f GB)", filled,
+                 "########################################", kWidth - filled, "", percent,
+                 static_cast<double>(done_) / 1e9);
+    if (done_ >= total_) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::uint64_t total_;
+  std::uint64_t done_ = 0;
+  int last_ = -1;
+  bool enabled_;
+};
+
+}  // namespace
+
+Model::Model(Backend& backend, ModelConfig config, GenerationConfig generation,
+             ModelOptions options)
+    : backend_(backend),
+      config_(std::move(config)),
+      generation_config_(std::move(generation)),
+      options_(options) {}
+
+Model::~Model() = default;
+
+std::size_t Model::kv_bytes_per_token() const {
+  return 2 * static_cast<std::size_t>(config_.num_layers) * config_.kv_size() *
+         dtype_size(kv_dtype());
+}
+
+Result<TensorView> Model::alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape) {
+  std::size_t n = dtype_size(dtype);
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  VPOD_ASSIGN_OR_RETURN(auto buffer, backend_.allocate(n));
+  TensorView view(buffer->data(), dtype, shape, backend_.device());
+  buffers_.push_back(std::move(buffer));
+  return view;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
+                                           const ModelOptions& options) {
+  if (options.max_num_tokens < 1 || options.max_num_sequences < 1) {
+    return invalid_argument("max_num_tokens and max_num_sequences must be >= 1");
+  }
+  VPOD_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+  VPOD_ASSIGN_OR_RETURN(GenerationConfig generation, load_generation_config(dir));
+  VPOD_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
+  VPOD_RETURN_IF_ERROR(validate_checkpoint(checkpoint, config, dir));
+  std::unique_ptr<Model> model(
+      new Model(backend, std::move(config), std::move(generation), options));
+  if (model->options_.max_logit_rows <= 0) {
+    model->options_.max_logit_rows = model->options_.max_num_sequences;
+  }
+  VPOD_RETURN_IF_ERROR(model->load_weights(checkpoint));
+  VPOD_RETURN_IF_ERROR(model->allocate_activations());
+  VPOD_RETURN_IF_ERROR(
+      backend.reserve_step(model->options_.max_num_tokens, model->options_.max_num_sequences));
+  return model;
+}
+
+Status Model::load_weights(const Checkpoint& ckpt) {
+  const ModelConfig& c = config_;
+  const DType dt = backend_.compute_dtype();
+  const std::int64_t h = c.hidden_size;
+  const std::int64_t qkv_rows = c.q_size() + 2 * static_cast<std::int64_t>(c.kv_size());
+  const std::int64_t inter = c.intermediate_size;
+
+  // One allocation for all weights, carved into views in layout order.
+  std::uint64_t total_elems = 0;
+  for (const WeightSpec& spec : weight_layout(c)) {
+    std::uint64_t n = 1;
+    for (auto d : spec.shape) n *= static_cast<std::uint64_t>(d);
+    total_elems += n;
+  }
+  const std::size_t elem = dtype_size(dt);
+  VPOD_ASSIGN_OR_RETURN(auto buffer, backend_.allocate(total_elems * elem));
+  auto* base = static_cast<std::uint8_t*>(buffer->data());
+  weight_bytes_ = buffer->bytes();
+  buffers_.push_back(std::move(buffer));
+  std::uint64_t cursor = 0;
+  auto carve = [&](std::initializer_list<std::int64_t> shape) {
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    TensorView v(base + cursor * elem, dt, shape, backend_.device());
+    cursor += n;
+    return v;
+  };
+  Progress progress(ckpt.total_bytes());
+  // Uploads tensor `name` into `dst` starting at element `offset`.
+  auto put = [&](const std::string& name, const TensorView& dst, std::int64_t offset) -> Status {
+    const WeightTensor* t = ckpt.find(name);
+    VPOD_CHECK(t != nullptr);  // validated
+    const std::int64_t numel = static_cast<std::int64_t>(t->nbytes / dtype_size(t->dtype));
+    VPOD_CHECK(offset + numel <= dst.numel());
+    auto* p = static_cast<std::uint8_t*>(dst.data()) + offset * elem;
+    VPOD_RETURN_IF_ERROR(backend_.upload(t->data, t->dtype, numel, p, dt));
+    progress.add(t->nbytes);
+    return {};
+  };
+
+  embed_ = carve({c.vocab_size, h});
+  VPOD_RETURN_IF_ERROR(put("model.embed_tokens.weight", embed_, 0));
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerWeights& w = layers_[l];
+    auto name = [&](const char* suffix) { return layer_weight_name(l, suffix); };
+    w.input_norm = carve({h});
+    VPOD_RETURN_IF_ERROR(put(name("input_layernorm.weight"), w.input_norm, 0));
+    w.qkv = carve({qkv_rows, h});
+    VPOD_RETURN_IF_ERROR(put(name("self_attn.q_proj.weight"), w.qkv, 0));
+    VPOD_RETURN_IF_ERROR(put(name("self_attn.k_proj.weight"), w.qkv, c.q_size() * h));
+    VPOD_RETURN_IF_ERROR(
+        put(name("self_attn.v_proj.weight"), w.qkv, (c.q_size() + c.kv_size()) * h));
+    if (c.qkv_bias) {
+      w.qkv_bias = carve({qkv_rows});
+      VPOD_RETURN_IF_ERROR(put(name("self_attn.q_proj.bias"), w.qkv_bias, 0));
+      VPOD_RETURN_IF_ERROR(put(name("self_attn.k_proj.bias"), w.qkv_bias, c.q_size()));
+      VPOD_RETURN_IF_ERROR(
+          put(name("self_attn.v_proj.bias"), w.qkv_bias, c.q_size() + c.kv_size()));
+    }
+    if (c.qk_norm) {
+      w.q_norm = carve({c.head_dim});
+      w.k_norm = carve({c.head_dim});
+      VPOD_RETURN_IF_ERROR(put(name("self_attn.q_norm.weight"), w.q_norm, 0));
+      VPOD_RETURN_IF_ERROR(put(name("self_attn.k_norm.weight"), w.k_norm, 0));
+    }
+    w.o = carve({h, c.q_size()});
+    VPOD_RETURN_IF_ERROR(put(name("self_attn.o_proj.weight"), w.o, 0));
+    if (c.o_bias) {
+      w.o_bias = carve({h});
+      VPOD_RETURN_IF_ERROR(put(name("self_attn.o_proj.bias"), w.o_bias, 0));
+    }
+    w.post_norm = carve({h});
+    VPOD_RETURN_IF_ERROR(put(name("post_attention_layernorm.weight"), w.post_norm, 0));
+    w.gate_up = carve({2 * inter, h});
+    VPOD_RETURN_IF_ERROR(put(name("mlp.gate_proj.weight"), w.gate_up, 0));
+    VPOD_RETURN_IF_ERROR(put(name("mlp.up_proj.weight"), w.gate_up, inter * h));
+    w.down = carve({h, inter});
+    VPOD_RETURN_IF_ERROR(put(name("mlp.down_proj.weight"), w.down, 0));
+  }
+  final_norm_ = carve({h});
+  VPOD_RETURN_IF_ERROR(put("model.norm.weight", final_norm_, 0));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    lm_head_ = carve({c.vocab_size, h});
+    VPOD_RETURN_IF_ERROR(put("lm_head.weight", lm_head_, 0));
+  }
+  VPOD_CHECK(cursor == total_elems);
+
+  inv_freq_host_ = kernels::rope_inv_freq(rope_params(c.rope), c.head_dim);
+  VPOD_ASSIGN_OR_RETURN(TensorView inv, alloc_tensor(DType::f32, {c.head_dim / 2}));
+  VPOD_RETURN_IF_ERROR(
+      backend_.upload(inv_freq_host_.data(), DType::f32, c.head_dim / 2, inv.data(), DType::f32));
+  rope_ = {static_cast<const float*>(inv.data()), c.head_dim};
+  return backend_.synchronize();
+}
+
+Status Model::allocate_activations() {
+  const ModelConfig& c = config_;
+  const DType dt = backend_.compute_dtype();
+  const std::int64_t t = options_.max_num_tokens;
+  const std::int64_t rows = options_.max_logit_rows;
+  const std::int64_t qkv = c.q_size() + 2 * static_cast<std::int64_t>(c.kv_size());
+  const std::size_t before = buffers_.size();
+  VPOD_ASSIGN_OR_RETURN(residual_, alloc_tensor(dt, {t, c.hidden_size}));
+  VPOD_ASSIGN_OR_RETURN(hidden_, alloc_tensor(dt, {t, c.hidden_size}));
+  VPOD_ASSIGN_OR_RETURN(delta_, alloc_tensor(dt, {t, c.hidden_size}));
+  VPOD_ASSIGN_OR_RETURN(qkv_, alloc_tensor(dt, {t, qkv}));
+  VPOD_ASSIGN_OR_RETURN(attn_out_, alloc_tensor(dt, {t, c.q_size()}));
+  VPOD_ASSIGN_OR_RETURN(gate_up_,
+                        alloc_tensor(dt, {t, 2 * static_cast<std::int64_t>(c.intermediate_size)}));
+  VPOD_ASSIGN_OR_RETURN(act_, alloc_tensor(dt, {t, c.intermediate_size}));
+  VPOD_ASSIGN_OR_RETURN(selected_, alloc_tensor(dt, {rows, c.hidden_size}));
+  VPOD_ASSIGN_OR_RETURN(logits_, alloc_tensor(DType::f32, {rows, c.vocab_size}));
+  activation_bytes_ = 0;
+  for (std::size_t i = before; i < buffers_.size(); ++i) activation_bytes_ += buffers_[i]->bytes();
+  return {};
+}
+
+Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
+                                  LogitsMode mode) {
+  const ModelConfig& c = config_;
+  VPOD_RETURN_IF_ERROR(build_step_arrays(batch, mode, c.vocab_size, &step_arrays_));
+  const int num_tokens = batch.num_tokens();
+  const int num_rows = static_cast<int>(step_arrays_.logit_rows.size());
+  if (num_tokens > options_.max_num_tokens) {
+    return out_of_range("step has " + std::to_string(num_tokens) +
+                        " tokens, the model was set up for " +
+                        std::to_string(options_.max_num_tokens));
+  }
+  if (num_rows > options_.max_logit_rows) {
+    return out_of_range("step needs " + std::to_string(num_rows) +
+                        " logit rows, the model was set up for " +
+                        std::to_string(options_.max_logit_rows));
+  }
+  if (static_cast<int>(kv.size()) != c.num_layers) {
+    return invalid_argument("forward got " + std::to_string(kv.size()) + " KV views for " +
+                            std::to_string(c.num_layers) + " layers");
+  }
+  for (const KvLayerView& v : kv) {
+    if (v.dtype != kv_dtype() || v.device != backend_.device() ||
+        v.num_kv_heads != c.num_kv_heads || v.head_dim != c.head_dim) {
+      return invalid_argument("KV view does not match the model (dtype " +
+                              std::string(dtype_name(v.dtype)) + ", kv heads " +
+                              std::to_string(v.num_kv_heads) + ", head_dim " +
+                              std::to_string(v.head_dim) + ")");
+    }
+  }
+  auto check_seq = [&](const BatchSequence& s) -> Status {
+    if (s.slot >= kv[0].num_slots || s.context_len() > kv[0].max_ctx) {
+      return out_of_range("sequence in slot " + std::to_string(s.slot) + " with context " +
+                          std::to_string(s.context_len()) + " exceeds the KV cache (" +
+                          std::to_string(kv[0].num_slots) + " slots, " +
+                          std::to_string(kv[0].max_ctx) + " tokens)");
+    }
+    return {};
+  };
+  for (const auto& s : batch.prefills) VPOD_RETURN_IF_ERROR(check_seq(s));
+  for (const auto& s : batch.decodes) VPOD_RETURN_IF_ERROR(check_seq(s));
+
+  StepTensors step;
+  VPOD_RETURN_IF_ERROR(backend_.prepare_step(step_arrays_, batch, &step));
+  Backend& b = backend_;
+  const std::int64_t t = num_tokens;
+  const TensorView residual = residual_.slice(0, 0, t);
+  const TensorView hidden = hidden_.slice(0, 0, t);
+  const TensorView delta = delta_.slice(0, 0, t);
+  const TensorView qkv = qkv_.slice(0, 0, t);
+  const TensorView attn_out = attn_out_.slice(0, 0, t);
+  const TensorView gate_up = gate_up_.slice(0, 0, t);
+  const TensorView act = act_.slice(0, 0, t);
+  const TensorView q = sub3d(qkv, t, c.num_q_heads, c.head_dim, 0);
+  const TensorView k = sub3d(qkv, t, c.num_kv_heads, c.head_dim, c.q_size());
+  const TensorView v = sub3d(qkv, t, c.num_kv_heads, c.head_dim, c.q_size() + c.kv_size());
+  const TensorView attn_out3 = sub3d(attn_out, t, c.num_q_heads, c.head_dim, 0);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  b.embedding(embed_, step, residual);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    if (l == 0) {
+      b.rms_norm(residual, w.input_norm, c.rms_norm_eps, hidden);
+    } else {
+      b.add_rms_norm(residual, delta, w.input_norm, c.rms_norm_eps, hidden);
+    }
+    b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
+    if (c.qk_norm) {
+      b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
+      b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
+    }
+    b.rope_kv_append(q, k, v, rope_, step, kv[l]);
+    b.attention(q, kv[l], step, scale, attn_out3);
+    b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+    b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);
+    b.linear(hidden, w.gate_up, nullptr, gate_up);
+    b.silu_mul(gate_up, act);
+    b.linear(act, w.down, nullptr, delta);
+  }
+  b.add_rms_norm(residual, delta, final_norm_, c.rms_norm_eps, hidden);
+  const TensorView selected = selected_.slice(0, 0, num_rows);
+  const TensorView logits = logits_.slice(0, 0, num_rows);
+  b.gather_rows(hidden, step, selected);
+  b.linear(selected, lm_head_, nullptr, logits);
+  return logits;
+}
+
+Result<KvCacheBuffers> KvCacheBuffers::create(Backend& backend, const ModelConfig& config,
+                                              DType dtype, int num_slots, int max_ctx) {
+  if (num_slots < 1 || max_ctx < 1) return invalid_argument("KV cache needs slots and context");
+  KvCacheBuffers cache;
+  const std::int64_t token_elems = static_cast<std::int64_t>(config.num_kv_heads) * config.head_dim;
+  const std::size_t bytes =
+      static_cast<std::size_t>(num_slots) * max_ctx * token_elems * dtype_size(dtype);
+  for (int l = 0; l < config.num_layers; ++l) {
+    VPOD_ASSIGN_OR_RETURN(auto k, backend.allocate(bytes));
+    VPOD_ASSIGN_OR_RETURN(auto v, backend.allocate(bytes));
+    KvLayerView view;
+    view.k = k->data();
+    view.v = v->data();
+    view.dtype = dtype;
+    view.device = backend.device();
+    view.num_slots = num_slots;
+    view.max_ctx = max_ctx;
+    view.num_kv_heads = config.num_kv_heads;
+    view.head_dim = config.head_dim;
+    view.head_stride = config.head_dim;
+    view.token_stride = token_elems;
+    view.slot_stride = token_elems * max_ctx;
+    cache.views_.push_back(view);
+    cache.buffers_.push_back(std::move(k));
+    cache.buffers_.push_back(std::move(v));
+  }
+  return cache;
+}
+
+std::size_t KvCacheBuffers::bytes() const {
+  std::size_t n = 0;
+  for (const auto& b : buffers_) n += b->bytes();
+  return n;
+}
+
+}  // namespace vpod::model

@@ -1,0 +1,113 @@
+// The model runtime's public API: load a Hugging Face folder onto a backend,
+// then run forward steps over hybrid batches.
+//
+//   auto backend = model::make_cpu_backend();            // or make_cuda_backend()
+//   auto model = model::Model::load(dir, *backend, {.max_num_tokens = 2048});
+//   KvCacheBuffers kv = ...;                              // or the engine's cache
+//   auto logits = model->forward(batch, kv.views());      // [num_sequences, vocab] fp32
+//
+// The forward is written once against Backend (backend.h). The model owns its
+// weights and activation buffers (sized at load for max_num_tokens), never
+// the KV cache: the caller passes one KvLayerView per layer.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/hybrid_batch.h"
+#include "common/kv_view.h"
+#include "common/status.h"
+#include "common/tensor_view.h"
+#include "model/backend.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/step_metadata.h"
+
+namespace vpod::model {
+
+struct ModelOptions {
+  int max_num_tokens = 2048;    // flattened tokens per step (activation buffers)
+  int max_num_sequences = 256;  // sequences per step (logit rows)
+  // Rows of logits the largest step can ask for in LogitsMode::all_tokens;
+  // 0 means max_num_sequences (all_tokens then needs num_tokens <= this).
+  int max_logit_rows = 0;
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
+                                             const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const GenerationConfig& generation_config() const { return generation_config_; }
+  Backend& backend() const { return backend_; }
+  const ModelOptions& options() const { return options_; }
+  // Bytes of weights and of activation buffers on the backend.
+  std::size_t weight_bytes() const { return weight_bytes_; }
+  std::size_t activation_bytes() const { return activation_bytes_; }
+  // KV-cache element type this model writes (the backend's compute dtype).
+  DType kv_dtype() const { return backend_.compute_dtype(); }
+  // Bytes of K+V per token across all layers.
+  std::size_t kv_bytes_per_token() const;
+
+  // One step. Returns fp32 logits [rows, vocab_size] in backend memory, valid
+  // until the next forward: one row per sequence (prefills, then decodes) or,
+  // with LogitsMode::all_tokens, one per token. K/V of the step's tokens are
+  // written to `kv` (one view per layer) before attention reads them.
+  Result<TensorView> forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
+                             LogitsMode mode = LogitsMode::last_per_sequence);
+
+ private:
+  struct LayerWeights {
+    TensorView input_norm, post_norm;
+    TensorView qkv, qkv_bias;  // fused [q + 2kv, hidden], [q + 2kv]
+    TensorView o, o_bias;
+    TensorView q_norm, k_norm;
+    TensorView gate_up, down;  // fused [2I, hidden]; [hidden, I]
+  };
+
+  Model(Backend& backend, ModelConfig config, GenerationConfig generation, ModelOptions options);
+  Status load_weights(const Checkpoint& checkpoint);
+  Status allocate_activations();
+  Result<TensorView> alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape);
+
+  Backend& backend_;
+  ModelConfig config_;
+  GenerationConfig generation_config_;
+  ModelOptions options_;
+  std::vector<std::unique_ptr<BackendBuffer>> buffers_;
+  std::size_t weight_bytes_ = 0;
+  std::size_t activation_bytes_ = 0;
+
+  TensorView embed_, final_norm_, lm_head_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> inv_freq_host_;
+  RopeTable rope_;
+
+  // Activations, [max_num_tokens, ...].
+  TensorView residual_, hidden_, qkv_, attn_out_, delta_, gate_up_, act_;
+  TensorView selected_, logits_;  // [max_logit_rows, hidden], [max_logit_rows, vocab] fp32
+  StepArrays step_arrays_;
+};
+
+// A plain contiguous KV cache in backend memory, per-layer layout
+// [num_slots, max_ctx, kv_heads, head_dim]: for tests, `vpod generate` and
+// benchmarks (the engine uses the vAttention cache in src/kvcache).
+class KvCacheBuffers {
+ public:
+  static Result<KvCacheBuffers> create(Backend& backend, const ModelConfig& config, DType dtype,
+                                       int num_slots, int max_ctx);
+  std::span<const KvLayerView> views() const { return views_; }
+  std::size_t bytes() const;
+
+ private:
+  std::vector<std::unique_ptr<BackendBuffer>> buffers_;
+  std::vector<KvLayerView> views_;
+};
+
+}  // namespace vpod::model
