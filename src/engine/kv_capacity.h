@@ -1,0 +1,47 @@
+// The scheduler's view of the KV cache: slots and how many tokens each can
+// hold. Admission and preemption are decided against it; the real cache
+// (src/kvcache) implements it through an adapter, policy tests with a
+// block-counting double.
+//
+// Reservations are in tokens; the implementation rounds them to its own unit
+// (pages, blocks). A reservation promises that the tokens can be backed: when
+// the physical mapping happens (now, or in prepare()) is the cache's business.
+// Paired verbs: can_allocate/allocate, grow, free.
+#pragma once
+
+#include <cstdint>
+
+#include "common/hybrid_batch.h"
+#include "common/status.h"
+
+namespace vpod::engine {
+
+class KvCapacity {
+ public:
+  virtual ~KvCapacity() = default;
+
+  // Tokens one slot can ever hold (the cache's max context).
+  virtual int max_tokens_per_slot() const = 0;
+  // Tokens the whole cache can back at once (the admission ceiling).
+  virtual std::int64_t capacity_tokens() const = 0;
+
+  // Whether a free slot exists and `num_tokens` more tokens can be reserved.
+  virtual bool can_allocate(int num_tokens) const = 0;
+  // Takes a slot with `num_tokens` tokens reserved. Precondition: can_allocate.
+  virtual int allocate(int num_tokens) = 0;
+  // Reserves up to `num_tokens` tokens in total for `slot`. Returns false, and
+  // changes nothing, when the cache cannot back them.
+  virtual bool grow(int slot, int num_tokens) = 0;
+  // Returns the slot and its reservation.
+  virtual void free(int slot) = 0;
+
+  // Called once per step after scheduling, before the forward: makes the
+  // step's tokens resident (synchronously if needed) and starts the next
+  // step's growth in the background.
+  virtual Status prepare(const HybridBatch& batch) = 0;
+
+  // Fraction of the KV memory reserved, in [0, 1] (the usage gauge).
+  virtual double usage() const = 0;
+};
+
+}  // namespace vpod::engine

@@ -1,0 +1,106 @@
+// Engine metrics: request latency histograms, load gauges, token and
+// preemption counters, and where step time goes. The engine thread records
+// into EngineMetrics with relaxed atomics (no locks, no allocation); any
+// thread takes a MetricsSnapshot, a plain struct, and the server renders it
+// with format_prometheus.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace vpod::engine {
+
+struct HistogramData {
+  std::vector<double> upper_bounds;          // ascending; +Inf is implicit
+  std::vector<std::uint64_t> bucket_counts;  // per bucket, not cumulative; size bounds + 1
+  double sum = 0.0;
+  std::uint64_t count = 0;  // == sum of bucket_counts
+};
+
+class Histogram {
+ public:
+  explicit Histogram(std::span<const double> upper_bounds);
+  void observe(double value);
+  HistogramData snapshot() const;
+
+ private:
+  std::vector<double> upper_bounds_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> counts_;  // upper_bounds_.size() + 1
+  std::atomic<double> sum_{0.0};
+};
+
+// Number of FinishReason values, for per-reason counters.
+inline constexpr int kNumFinishReasons = 5;
+
+struct StepTimes {
+  double schedule_s = 0.0;  // scheduler.schedule (policy + batch layout)
+  double prepare_s = 0.0;   // kv.prepare (critical-path part of KV growth)
+  double forward_s = 0.0;   // executor.forward (model + sampling)
+  double commit_s = 0.0;    // commit, stop rules, detokenization, streaming
+};
+
+struct MetricsSnapshot {
+  HistogramData time_to_first_token_s;
+  HistogramData time_per_output_token_s;
+  HistogramData inter_token_latency_s;
+  HistogramData e2e_request_latency_s;
+  HistogramData request_queue_time_s;
+  HistogramData step_duration_s;
+
+  std::int64_t num_requests_running = 0;
+  std::int64_t num_requests_waiting = 0;
+  double kv_cache_usage_ratio = 0.0;
+
+  std::uint64_t num_preemptions = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generation_tokens = 0;
+  std::array<std::uint64_t, kNumFinishReasons> requests_finished{};  // by FinishReason
+  std::uint64_t num_steps = 0;
+  StepTimes step_time_total;  // summed over all steps
+};
+
+class EngineMetrics {
+ public:
+  EngineMetrics();
+
+  Histogram time_to_first_token_s;
+  Histogram time_per_output_token_s;
+  Histogram inter_token_latency_s;
+  Histogram e2e_request_latency_s;
+  Histogram request_queue_time_s;
+  Histogram step_duration_s;
+
+  std::atomic<std::int64_t> num_requests_running{0};
+  std::atomic<std::int64_t> num_requests_waiting{0};
+  std::atomic<double> kv_cache_usage_ratio{0.0};
+
+  std::atomic<std::uint64_t> num_preemptions{0};
+  std::atomic<std::uint64_t> prompt_tokens{0};
+  std::atomic<std::uint64_t> generation_tokens{0};
+  std::array<std::atomic<std::uint64_t>, kNumFinishReasons> requests_finished{};
+  std::atomic<std::uint64_t> num_steps{0};
+
+  void add_step(const StepTimes& t);
+  void count_finished(FinishReason reason);
+  MetricsSnapshot snapshot() const;
+
+ private:
+  std::atomic<double> schedule_s_{0.0};
+  std::atomic<double> prepare_s_{0.0};
+  std::atomic<double> forward_s_{0.0};
+  std::atomic<double> commit_s_{0.0};
+};
+
+// Prometheus text exposition format (version 0.0.4), every name prefixed
+// with `prefix` (e.g. vpod_time_to_first_token_seconds).
+std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix = "vpod_");
+
+}  // namespace vpod::engine

@@ -1,0 +1,56 @@
+// The engine's view of the model runtime: run one hybrid batch, sample one
+// token for each sequence that completes its known tokens this step. The real
+// runtime (src/model) implements it; policy tests use a deterministic double.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "common/hybrid_batch.h"
+#include "common/status.h"
+#include "engine/request.h"
+
+namespace vpod::engine {
+
+struct TokenLogprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// One sampled token with its logprobs. Fixed size: the step loop fills
+// preallocated arrays of these without allocating.
+struct SampledToken {
+  std::int32_t token = 0;
+  float logprob = 0.0f;  // log-probability of `token` (after temperature/penalties)
+  int num_top = 0;       // valid entries of `top`, most likely first
+  std::array<TokenLogprob, kMaxTopLogprobs> top{};
+};
+
+// One sequence that samples this step: a decode, or a prefill chunk that
+// reaches the end of the request's known tokens. Partial prefill chunks
+// sample nothing (their logits need not be computed).
+struct SampleSpec {
+  int token_index = 0;  // row of the flattened batch whose logits are sampled (last new token)
+  const SamplingParams* params = nullptr;
+  std::uint64_t seed = 0;     // per request; with `output_index` keys a counter-based RNG so
+  int output_index = 0;       // the k-th token of a request is the same after preemption
+  int num_prompt_tokens = 0;  // token_ids[0, num_prompt_tokens) is the prompt
+  std::span<const std::int32_t> token_ids;       // prompt ++ generated so far (for penalties)
+  std::span<const std::int32_t> suppressed_ids;  // logits forced to -inf (stop ids before
+                                                 // min_tokens)
+  int num_logprobs = -1;                         // -1: none; 0: sampled token's; N: plus top N
+};
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+
+  // Runs `batch` (whose K/V slots the KV cache has backed) and writes one
+  // sampled token per entry of `samples` into `out` (same length). A failure
+  // (device error) is returned; the engine then fails the batch's requests.
+  virtual Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                         std::span<SampledToken> out) = 0;
+};
+
+}  // namespace vpod::engine

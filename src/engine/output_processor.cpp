@@ -1,0 +1,119 @@
+#include "engine/output_processor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/check.h"
+#include "engine/text_decoder.h"
+
+namespace vpod::engine {
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+OutputProcessor::OutputProcessor(EngineMetrics& metrics) : metrics_(metrics) {
+  delta_.token_ids.reserve(1);
+  delta_.logprobs.reserve(1);
+}
+
+bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::time_point now) {
+  const std::int32_t token = sampled.token;
+  VPOD_CHECK(r.num_generated() >= 1 && r.token_ids.back() == token);
+
+  // Per-token metrics.
+  metrics_.generation_tokens.fetch_add(1, std::memory_order_relaxed);
+  if (!r.first_token_time) {
+    r.first_token_time = now;
+    metrics_.time_to_first_token_s.observe(seconds_between(r.arrival_time, now));
+    metrics_.prompt_tokens.fetch_add(r.num_prompt_tokens, std::memory_order_relaxed);
+  } else {
+    metrics_.inter_token_latency_s.observe(seconds_between(r.last_token_time, now));
+  }
+  r.last_token_time = now;
+
+  delta_.clear();
+  delta_.id = r.id;
+  delta_.token_ids.push_back(token);
+  if (r.sampling.logprobs) delta_.logprobs.push_back(sampled);
+
+  const bool stops_armed = r.num_generated() >= r.stop.min_tokens;
+  const bool is_stop_token =
+      stops_armed && std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end();
+  bool finished = false;
+  bool cut = false;  // a stop string cut the text: nothing after it is decoded
+  if (is_stop_token) {
+    // The stop token's own text is output only on request (EOS is usually a
+    // special token that skip_special_tokens drops anyway).
+    if (r.stop.include_stop_str_in_output) r.decoder->append(token, r.text);
+    delta_.stop_token = token;
+    finished = true;
+  } else {
+    r.decoder->append(token, r.text);
+    if (stops_armed && !r.stop_strings.empty()) {
+      if (auto match = r.stop_strings.find(r.text, r.num_text_sent)) {
+        const std::string& s = r.stop_strings[match->index];
+        r.text.resize(match->pos + (r.stop.include_stop_str_in_output ? s.size() : 0));
+        delta_.stop_string = s;
+        finished = true;
+        cut = true;
+      }
+    }
+  }
+  FinishReason reason = FinishReason::stop;
+  if (!finished && r.num_tokens() >= r.max_total_tokens) {
+    finished = true;
+    reason = FinishReason::length;
+  }
+
+  if (finished) {
+    if (!cut) r.decoder->finish(r.text);  // release any incomplete UTF-8 tail
+    delta_.text.assign(r.text, r.num_text_sent);
+    r.num_text_sent = r.text.size();
+    finish(r, reason, now);
+  } else {
+    const std::size_t hold =
+        r.stop_strings.holdback(std::string_view(r.text).substr(r.num_text_sent));
+    const std::size_t sendable = r.text.size() - hold;
+    delta_.text.assign(r.text, r.num_text_sent, sendable - r.num_text_sent);
+    r.num_text_sent = sendable;
+  }
+  delta_.num_prompt_tokens = r.num_prompt_tokens;
+  delta_.num_generated_tokens = r.num_generated();
+  r.stream->push(delta_);
+  return finished;
+}
+
+void OutputProcessor::finish(Request& r, FinishReason reason, Clock::time_point now) {
+  r.state = RequestState::finished;
+  r.finish_reason = reason;
+  delta_.finished = true;
+  delta_.finish_reason = reason;
+  metrics_.count_finished(reason);
+  metrics_.e2e_request_latency_s.observe(seconds_between(r.arrival_time, now));
+  if (r.first_token_time && r.num_generated() > 1) {
+    metrics_.time_per_output_token_s.observe(seconds_between(*r.first_token_time, now) /
+                                             (r.num_generated() - 1));
+  }
+}
+
+void OutputProcessor::end(Request& r, FinishReason reason, std::string_view error,
+                          Clock::time_point now) {
+  VPOD_CHECK(reason == FinishReason::abort || reason == FinishReason::error);
+  r.state = RequestState::aborted;
+  r.finish_reason = reason;
+  delta_.clear();
+  delta_.id = r.id;
+  delta_.finished = true;
+  delta_.finish_reason = reason;
+  delta_.error.assign(error);
+  delta_.num_prompt_tokens = r.num_prompt_tokens;
+  delta_.num_generated_tokens = r.num_generated();
+  metrics_.count_finished(reason);
+  metrics_.e2e_request_latency_s.observe(seconds_between(r.arrival_time, now));
+  r.stream->push(delta_);
+}
+
+}  // namespace vpod::engine
