@@ -1,0 +1,591 @@
+// CPU tests of the attention planner, the launchers' input validation and the
+// CPU references (no GPU needed; the kernels themselves are tested in
+// attention_gpu_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_reference.h"
+#include "kernels/attention/attention_validate.h"
+#include "kernels/attention_test_util.h"
+
+namespace vpod::attention {
+namespace {
+
+using testing::HostKvCache;
+using testing::KvLayout;
+using testing::make_batch;
+
+constexpr int kH200Sms = 132;
+
+AttentionDims llama_dims(DType dtype = DType::f16) { return {32, 8, 128, dtype}; }
+
+PlanOptions h200() { return PlanOptions{kH200Sms, 0, 0}; }
+
+// ---------------------------------------------------------------------------
+// Planner
+// ---------------------------------------------------------------------------
+
+TEST(AttentionPlanTest, RejectsUnsupportedDims) {
+  const HybridBatch batch = make_batch({{0, 4}}, {});
+  EXPECT_EQ(AttentionPlan::create(batch, {32, 8, 96, DType::f16}, h200()).status().code(),
+            StatusCode::unimplemented);
+  EXPECT_EQ(AttentionPlan::create(batch, {32, 8, 128, DType::f32}, h200()).status().code(),
+            StatusCode::unimplemented);
+  EXPECT_EQ(AttentionPlan::create(batch, {6, 4, 128, DType::f16}, h200()).status().code(),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(AttentionPlan::create(batch, {0, 0, 128, DType::f16}, h200()).status().code(),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(AttentionPlan::create(batch, llama_dims(), PlanOptions{0, 0, 0}).status().code(),
+            StatusCode::invalid_argument);
+}
+
+TEST(AttentionPlanTest, RejectsInconsistentBatches) {
+  HybridBatch gap = make_batch({{0, 4}}, {10});
+  gap.decodes[0].token_offset = 5;
+  EXPECT_EQ(AttentionPlan::create(gap, llama_dims(), h200()).status().code(),
+            StatusCode::invalid_argument);
+  HybridBatch long_decode = make_batch({}, {10});
+  long_decode.decodes[0].num_new = 2;
+  EXPECT_EQ(AttentionPlan::create(long_decode, llama_dims(), h200()).status().code(),
+            StatusCode::invalid_argument);
+  HybridBatch negative = make_batch({{0, 4}}, {});
+  negative.prefills[0].cached_len = -1;
+  EXPECT_EQ(AttentionPlan::create(negative, llama_dims(), h200()).status().code(),
+            StatusCode::invalid_argument);
+  HybridBatch empty_chunk = make_batch({{3, 0}}, {});
+  EXPECT_EQ(AttentionPlan::create(empty_chunk, llama_dims(), h200()).status().code(),
+            StatusCode::invalid_argument);
+}
+
+// Every (row, key) pair a causal row needs is covered by exactly one work
+// item; split tiles have one combine per row and disjoint partial rows.
+void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batch) {
+  const int heads = plan.dims().num_q_heads;
+  std::set<int> partial_rows_used;
+  std::map<std::pair<int, int>, std::vector<const PrefillWorkItem*>> by_tile;
+  for (const PrefillWorkItem& item : plan.prefill_items()) {
+    by_tile[{item.seq, item.q_begin}].push_back(&item);
+    EXPECT_EQ(item.kv_begin % kPrefillBlockN, 0);
+    EXPECT_LT(item.kv_begin, item.kv_end);
+  }
+  std::map<int, const CombineItem*> combines;
+  for (const CombineItem& c : plan.prefill_combines()) {
+    EXPECT_TRUE(combines.emplace(c.token, &c).second) << "two combines for row " << c.token;
+  }
+  for (int i = 0; i < static_cast<int>(batch.prefills.size()); ++i) {
+    const BatchSequence& s = batch.prefills[i];
+    for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
+      const int rows = std::min(kPrefillBlockM, s.num_new - q);
+      auto it = by_tile.find({i, q});
+      ASSERT_NE(it, by_tile.end()) << "no item for prefill " << i << " rows from " << q;
+      std::vector<const PrefillWorkItem*> items = it->second;
+      std::sort(items.begin(), items.end(),
+                [](auto* a, auto* b) { return a->kv_begin < b->kv_begin; });
+      int expected_begin = 0;
+      for (const PrefillWorkItem* item : items) {
+        EXPECT_EQ(item->kv_begin, expected_begin);
+        expected_begin = item->kv_end;
+        EXPECT_EQ(item->num_splits, static_cast<int>(items.size()));
+        if (items.size() > 1) {
+          for (int r = 0; r < rows; ++r) {
+            EXPECT_TRUE(partial_rows_used.insert(item->partial_row + r).second);
+          }
+        } else {
+          EXPECT_EQ(item->partial_row, -1);
+        }
+      }
+      EXPECT_EQ(expected_begin, s.cached_len + q + rows) << "keys of the tile's last row";
+      for (int r = 0; r < rows; ++r) {
+        const bool split = items.size() > 1;
+        EXPECT_EQ(combines.count(s.token_offset + q + r), split ? 1u : 0u);
+        if (split) {
+          const CombineItem* c = combines.at(s.token_offset + q + r);
+          EXPECT_EQ(c->num_splits, static_cast<int>(items.size()));
+          for (const PrefillWorkItem* item : items) {
+            EXPECT_EQ(c->partial_row + item->split * c->partial_stride, item->partial_row + r);
+          }
+        }
+      }
+    }
+  }
+  std::map<int, std::vector<const DecodeWorkItem*>> by_decode;
+  for (const DecodeWorkItem& item : plan.decode_items()) by_decode[item.seq].push_back(&item);
+  std::map<int, const CombineItem*> decode_combines;
+  for (const CombineItem& c : plan.decode_combines()) decode_combines[c.token] = &c;
+  for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) {
+    std::vector<const DecodeWorkItem*> items = by_decode[i];
+    ASSERT_FALSE(items.empty());
+    std::sort(items.begin(), items.end(),
+              [](auto* a, auto* b) { return a->kv_begin < b->kv_begin; });
+    int expected_begin = 0;
+    for (const DecodeWorkItem* item : items) {
+      EXPECT_EQ(item->kv_begin, expected_begin);
+      EXPECT_EQ(item->kv_begin % kDecodeBlockN, 0);
+      expected_begin = item->kv_end;
+      if (items.size() > 1) {
+        EXPECT_TRUE(partial_rows_used.insert(item->partial_row).second);
+      } else {
+        EXPECT_EQ(item->partial_row, -1);
+      }
+    }
+    EXPECT_EQ(expected_begin, batch.decodes[i].context_len());
+    EXPECT_EQ(decode_combines.count(batch.decodes[i].token_offset), items.size() > 1 ? 1u : 0u);
+  }
+  for (int row : partial_rows_used) {
+    EXPECT_GE(row, 0);
+    EXPECT_LT(row, plan.partial_rows());
+  }
+  EXPECT_EQ(static_cast<int>(partial_rows_used.size()), plan.partial_rows());
+  EXPECT_EQ(plan.workspace_bytes() > 0, plan.partial_rows() > 0 || heads == 0);
+}
+
+TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
+  std::mt19937_64 rng(42);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<testing::SeqSpec> prefills;
+    std::vector<int> decodes;
+    const int num_prefills = std::uniform_int_distribution<int>(0, 3)(rng);
+    const int num_decodes = std::uniform_int_distribution<int>(0, 40)(rng);
+    for (int i = 0; i < num_prefills; ++i) {
+      prefills.push_back({std::uniform_int_distribution<int>(0, 20000)(rng),
+                          std::uniform_int_distribution<int>(1, 3000)(rng)});
+    }
+    for (int i = 0; i < num_decodes; ++i) {
+      decodes.push_back(std::uniform_int_distribution<int>(1, 20000)(rng));
+    }
+    const HybridBatch batch = make_batch(prefills, decodes);
+    PlanOptions options = h200();
+    if (trial % 3 == 1) options = {kH200Sms, 3, 5};
+    if (trial % 3 == 2) options = {8, 0, 0};
+    const AttentionDims dims{trial % 2 ? 28 : 32, trial % 2 ? 4 : 8, trial % 4 < 2 ? 128 : 64,
+                             DType::f16};
+    auto plan = AttentionPlan::create(batch, dims, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    expect_plan_covers_batch(*plan, batch);
+    // Longest items first.
+    for (std::size_t i = 1; i < plan->prefill_items().size(); ++i) {
+      EXPECT_GE(plan->prefill_items()[i - 1].cost, plan->prefill_items()[i].cost);
+    }
+  }
+}
+
+TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
+  // 512 new tokens on a 16K context: 4 tiles x 32 heads cannot fill 264 slots.
+  auto short_chunk = AttentionPlan::create(make_batch({{16384, 512}}, {}), llama_dims(), h200());
+  ASSERT_TRUE(short_chunk.ok());
+  EXPECT_GT(short_chunk->prefill_items().size(), 4u);
+  EXPECT_EQ(short_chunk->prefill_combines().size(), 512u);
+  // A 16K prompt from scratch has 128 tiles x 32 heads: no split.
+  auto long_prompt = AttentionPlan::create(make_batch({{0, 16384}}, {}), llama_dims(), h200());
+  ASSERT_TRUE(long_prompt.ok());
+  EXPECT_EQ(long_prompt->prefill_items().size(), 128u);
+  EXPECT_TRUE(long_prompt->prefill_combines().empty());
+  EXPECT_EQ(long_prompt->workspace_bytes(), 0u);
+}
+
+TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
+  // 64 x 8K: 512 CTAs already fill 264 slots twice; no split.
+  auto big =
+      AttentionPlan::create(make_batch({}, std::vector<int>(64, 8192)), llama_dims(), h200());
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->decode_items().size(), 64u);
+  // 16 x 16K: 128 CTAs leave half the slots idle; split.
+  auto few =
+      AttentionPlan::create(make_batch({}, std::vector<int>(16, 16384)), llama_dims(), h200());
+  ASSERT_TRUE(few.ok());
+  EXPECT_GE(few->decode_items().size(), 32u);
+  EXPECT_EQ(few->decode_combines().size(), 16u);
+  // Forced splits are honoured (and clipped to the context).
+  auto forced = AttentionPlan::create(make_batch({}, {1000, 17}), llama_dims(), {kH200Sms, 0, 4});
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(forced->decode_items().size(), 4u + 1u);
+  // GQA groups above 16 use several head chunks.
+  auto wide = AttentionPlan::create(make_batch({}, {100}), {64, 2, 128, DType::bf16}, h200());
+  ASSERT_TRUE(wide.ok());
+  EXPECT_EQ(wide->decode_head_chunks(), 2);
+}
+
+TEST(AttentionPlanTest, UploadChecksTheBuffer) {
+  auto plan = AttentionPlan::create(make_batch({{0, 10}}, {5}), llama_dims(), h200());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->metadata_bytes(), 0u);
+  AttentionBuffers too_small;
+  EXPECT_EQ(plan->upload(too_small, nullptr).code(), StatusCode::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------
+// Launcher validation (every case fails before anything touches a GPU)
+// ---------------------------------------------------------------------------
+
+// Aligned addresses that are never dereferenced: validation rejects first.
+void* fake(std::uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+struct LaunchFixture {
+  AttentionDims dims = llama_dims();
+  HybridBatch batch = make_batch({{100, 300}}, {4000, 20000});
+  AttentionPlan plan = AttentionPlan::create(batch, dims, h200()).value();
+  AttentionBuffers buffers{fake(0x100000), plan.metadata_bytes(), fake(0x200000),
+                           plan.workspace_bytes()};
+  TensorView q{fake(0x300000), DType::f16, {302, 32, 128}, Device::cuda};
+  TensorView out{fake(0x400000), DType::f16, {302, 32, 128}, Device::cuda};
+  KvLayerView kv = [] {
+    KvLayerView v;
+    v.k = fake(0x500000);
+    v.v = fake(0x600000);
+    v.dtype = DType::f16;
+    v.device = Device::cuda;
+    v.num_slots = 3;
+    v.max_ctx = 32768;
+    v.num_kv_heads = 8;
+    v.head_dim = 128;
+    v.head_stride = 128;
+    v.token_stride = 1024;
+    v.slot_stride = 1024LL * 32768;
+    return v;
+  }();
+  PagedKvView paged = [] {
+    PagedKvView v;
+    v.k = fake(0x500000);
+    v.v = fake(0x600000);
+    v.dtype = DType::f16;
+    v.device = Device::cuda;
+    v.num_blocks = 10000;
+    v.block_size = 16;
+    v.num_kv_heads = 8;
+    v.head_dim = 128;
+    v.head_stride = 128;
+    v.token_stride = 1024;
+    v.block_stride = 1024 * 16;
+    v.block_table = static_cast<const std::int32_t*>(fake(0x700000));
+    v.num_slots = 3;
+    v.max_blocks_per_slot = 2048;
+    return v;
+  }();
+};
+
+TEST(AttentionLaunchTest, AcceptsConsistentInputs) {
+  LaunchFixture f;
+  EXPECT_TRUE(validate_token_view("q", f.q, f.plan, 32).ok());
+  EXPECT_TRUE(validate_kv_view(f.kv, f.plan).ok());
+  EXPECT_TRUE(validate_paged_kv_view(f.paged, f.plan).ok());
+  EXPECT_TRUE(validate_buffers(f.buffers, f.plan).ok());
+  EXPECT_TRUE(validate_softmax_scale(0.088f).ok());
+  // A fused QKV buffer's q (token stride larger than heads * dim) is fine.
+  TensorView fused(fake(0x300000), DType::f16, {302, 32, 128}, {48 * 128, 128, 1}, Device::cuda);
+  EXPECT_TRUE(validate_token_view("q", fused, f.plan, 32).ok());
+}
+
+TEST(AttentionLaunchTest, RejectsMismatchedQueries) {
+  LaunchFixture f;
+  const float scale = 0.088f;
+  auto prefill_with_q = [&](const TensorView& q) {
+    return prefill(f.plan, f.buffers, q, f.kv, f.out, scale, nullptr).code();
+  };
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::bf16, {302, 32, 128}, Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::f16, {302, 32, 128}, Device::cpu)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::f16, {302, 16, 128}, Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::f16, {301, 32, 128}, Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::f16, {302, 32, 128},
+                                      {32 * 128 + 4, 128, 1}, Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300000), DType::f16, {302, 32, 128}, {32 * 128, 1, 32},
+                                      Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(prefill_with_q(TensorView(fake(0x300008), DType::f16, {302, 32, 128}, Device::cuda)),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(decode(f.plan, f.buffers, f.q, f.kv, f.out, 0.f, nullptr).code(),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(decode(f.plan, f.buffers, f.q, f.kv, f.out, NAN, nullptr).code(),
+            StatusCode::invalid_argument);
+}
+
+TEST(AttentionLaunchTest, RejectsMismatchedKv) {
+  LaunchFixture f;
+  auto decode_with = [&](const KvLayerView& kv) {
+    return decode(f.plan, f.buffers, f.q, kv, f.out, 0.1f, nullptr).code();
+  };
+  KvLayerView kv = f.kv;
+  kv.num_kv_heads = 4;
+  EXPECT_EQ(decode_with(kv), StatusCode::invalid_argument);
+  kv = f.kv;
+  kv.dtype = DType::bf16;
+  EXPECT_EQ(decode_with(kv), StatusCode::invalid_argument);
+  kv = f.kv;
+  kv.num_slots = 2;  // the batch uses slot 2
+  EXPECT_EQ(decode_with(kv), StatusCode::out_of_range);
+  kv = f.kv;
+  kv.max_ctx = 16384;  // a decode reaches 20000 tokens
+  EXPECT_EQ(decode_with(kv), StatusCode::out_of_range);
+  kv = f.kv;
+  kv.token_stride = 1028;  // rows not 16-byte aligned
+  EXPECT_EQ(decode_with(kv), StatusCode::invalid_argument);
+  kv = f.kv;
+  kv.v = fake(0x600002);
+  EXPECT_EQ(decode_with(kv), StatusCode::invalid_argument);
+  kv = f.kv;
+  kv.device = Device::cpu;
+  EXPECT_EQ(decode_with(kv), StatusCode::invalid_argument);
+  TensorView k_new(fake(0x800000), DType::f16, {302, 4, 128}, Device::cuda);
+  EXPECT_EQ(append_kv(f.plan, f.buffers, k_new, k_new, f.kv, nullptr).code(),
+            StatusCode::invalid_argument);
+}
+
+TEST(AttentionLaunchTest, RejectsMismatchedPagedKv) {
+  LaunchFixture f;
+  auto run = [&](const PagedKvView& kv) {
+    return paged_prefill(f.plan, f.buffers, f.q, kv, f.out, 0.1f, nullptr).code();
+  };
+  PagedKvView kv = f.paged;
+  kv.block_size = 24;
+  EXPECT_EQ(run(kv), StatusCode::invalid_argument);
+  kv = f.paged;
+  kv.block_table = nullptr;
+  EXPECT_EQ(run(kv), StatusCode::invalid_argument);
+  kv = f.paged;
+  kv.max_blocks_per_slot = 1000;  // 16000 tokens < 20000
+  EXPECT_EQ(run(kv), StatusCode::out_of_range);
+  kv = f.paged;
+  kv.num_slots = 1;
+  EXPECT_EQ(run(kv), StatusCode::out_of_range);
+}
+
+TEST(AttentionLaunchTest, RejectsSmallBuffers) {
+  LaunchFixture f;
+  ASSERT_GT(f.plan.workspace_bytes(), 0u) << "the 20000-token decode is split";
+  AttentionBuffers buffers = f.buffers;
+  buffers.metadata_bytes -= 16;
+  EXPECT_EQ(decode(f.plan, buffers, f.q, f.kv, f.out, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  buffers = f.buffers;
+  buffers.workspace = nullptr;
+  EXPECT_EQ(decode(f.plan, buffers, f.q, f.kv, f.out, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------
+// References
+// ---------------------------------------------------------------------------
+
+struct HostCase {
+  AttentionDims dims;
+  HybridBatch batch;
+  HostKvCache cache;
+  std::vector<std::uint16_t> q, k_new, v_new;
+
+  HostCase(const AttentionDims& d, const HybridBatch& b, KvLayout layout, std::mt19937_64& rng)
+      : dims(d), batch(b), cache(d, layout, slots(b), max_ctx(b), rng) {
+    const std::size_t tokens = static_cast<std::size_t>(batch.num_tokens());
+    q = testing::random_values(tokens * dims.num_q_heads * dims.head_dim, dims.dtype, rng);
+    k_new = testing::random_values(tokens * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+    v_new = testing::random_values(tokens * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+    cache.fill_cached(batch, rng);
+  }
+  static int slots(const HybridBatch& b) {
+    return static_cast<int>(b.prefills.size() + b.decodes.size());
+  }
+  static int max_ctx(const HybridBatch& b) {
+    int m = 1;
+    for (const auto* l : {&b.prefills, &b.decodes}) {
+      for (const auto& s : *l) m = std::max(m, s.context_len());
+    }
+    return m;
+  }
+  TensorView q_view() {
+    return TensorView(q.data(), dims.dtype, {batch.num_tokens(), dims.num_q_heads, dims.head_dim});
+  }
+  TensorView kv_new_view(std::vector<std::uint16_t>& x) {
+    return TensorView(x.data(), dims.dtype, {batch.num_tokens(), dims.num_kv_heads, dims.head_dim});
+  }
+  Status append() {
+    if (testing::is_paged(cache.layout)) {
+      return reference_append_kv(batch, dims, kv_new_view(k_new), kv_new_view(v_new), paged());
+    }
+    return reference_append_kv(batch, dims, kv_new_view(k_new), kv_new_view(v_new), contiguous());
+  }
+  KvLayerView contiguous() { return cache.view(cache.k.data(), cache.v.data(), Device::cpu); }
+  PagedKvView paged() {
+    return cache.paged_view(cache.k.data(), cache.v.data(), cache.block_table.data(), Device::cpu);
+  }
+  std::vector<float> attend(ReferencePrecision precision, float scale) {
+    std::vector<float> out(static_cast<std::size_t>(batch.num_tokens()) * dims.num_q_heads *
+                           dims.head_dim);
+    TensorView o(out.data(), DType::f32, {batch.num_tokens(), dims.num_q_heads, dims.head_dim});
+    const Status s =
+        testing::is_paged(cache.layout)
+            ? reference_attention(batch, dims, q_view(), paged(), o, scale, precision)
+            : reference_attention(batch, dims, q_view(), contiguous(), o, scale, precision);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return out;
+  }
+};
+
+TEST(AttentionReferenceTest, FirstRowOfAFreshPromptCopiesItsValue) {
+  std::mt19937_64 rng(1);
+  const AttentionDims dims{4, 2, 64, DType::f16};
+  HostCase c(dims, make_batch({{0, 5}}, {}), KvLayout::per_layer, rng);
+  ASSERT_TRUE(c.append().ok());
+  const std::vector<float> out = c.attend(ReferencePrecision::fp64, 0.125f);
+  // Row 0 sees only key 0: its output is v_new[0] of its KV head, exactly.
+  for (int h = 0; h < 4; ++h) {
+    for (int d = 0; d < 64; ++d) {
+      const float v = half_bits_to_float(c.v_new[(h / 2) * 64 + d]);
+      EXPECT_EQ(out[h * 64 + d], v) << "head " << h << " dim " << d;
+    }
+  }
+}
+
+TEST(AttentionReferenceTest, MatchesAHandComputedSoftmax) {
+  std::mt19937_64 rng(2);
+  const AttentionDims dims{1, 1, 64, DType::f16};
+  HostCase c(dims, make_batch({}, {3}), KvLayout::per_layer, rng);
+  // Keys 0..2 at positions 0..2 (the last one appended): q = e0, k_t = t * e0,
+  // v_t = (t + 1) * e1. Scores t * scale; output on dim 1 = sum softmax * (t + 1).
+  std::fill(c.q.begin(), c.q.end(), testing::to_bits(DType::f16, 0.f));
+  c.q[0] = testing::to_bits(DType::f16, 1.f);
+  for (int t = 0; t < 3; ++t) {
+    std::uint16_t* k = t < 2 ? &c.cache.k[c.cache.index(0, t, 0)] : c.k_new.data();
+    std::uint16_t* v = t < 2 ? &c.cache.v[c.cache.index(0, t, 0)] : c.v_new.data();
+    for (int d = 0; d < 64; ++d) {
+      k[d] = testing::to_bits(DType::f16, d == 0 ? static_cast<float>(t) : 0.f);
+      v[d] = testing::to_bits(DType::f16, d == 1 ? static_cast<float>(t + 1) : 0.f);
+    }
+  }
+  ASSERT_TRUE(c.append().ok());
+  const float scale = 0.7f;
+  const std::vector<float> out = c.attend(ReferencePrecision::fp64, scale);
+  double num = 0, den = 0;
+  for (int t = 0; t < 3; ++t) {
+    num += std::exp(t * static_cast<double>(scale)) * (t + 1);
+    den += std::exp(t * static_cast<double>(scale));
+  }
+  EXPECT_NEAR(out[1], num / den, 1e-6);
+  EXPECT_EQ(out[0], 0.f);
+}
+
+TEST(AttentionReferenceTest, PrecisionsAgreeToTheirRounding) {
+  std::mt19937_64 rng(3);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    HostCase c({8, 2, 64, dtype}, make_batch({{40, 30}}, {77, 1}), KvLayout::per_layer, rng);
+    ASSERT_TRUE(c.append().ok());
+    const auto exact = c.attend(ReferencePrecision::fp64, 0.125f);
+    const auto fp32 = c.attend(ReferencePrecision::fp32, 0.125f);
+    const auto naive = c.attend(ReferencePrecision::naive, 0.125f);
+    double err32 = 0, err_naive = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(exact[i]));
+      err32 = std::max(err32, std::abs(static_cast<double>(fp32[i]) - exact[i]));
+      err_naive = std::max(err_naive, std::abs(static_cast<double>(naive[i]) - exact[i]));
+    }
+    EXPECT_LT(err32, 1e-5);
+    // The naive implementation rounds to the dtype: visibly worse than fp32,
+    // yet within a few units in the last place of the outputs (|o| < ~3).
+    EXPECT_GT(err_naive, err32);
+    EXPECT_LT(err_naive, dtype == DType::f16 ? 1e-2 : 6e-2);
+  }
+}
+
+TEST(AttentionReferenceTest, GroupsReadTheirOwnKvHead) {
+  std::mt19937_64 rng(4);
+  const AttentionDims dims{14, 2, 128, DType::bf16};  // group 7
+  HostCase c(dims, make_batch({{20, 9}}, {33}), KvLayout::per_layer, rng);
+  ASSERT_TRUE(c.append().ok());
+  // V of KV head 1 is constant 5: every query head of group 1 outputs 5.
+  for (int slot = 0; slot < 2; ++slot) {
+    for (int t = 0; t < c.cache.max_ctx; ++t) {
+      const std::size_t at = c.cache.index(slot, t, 1);
+      for (int d = 0; d < 128; ++d) c.cache.v[at + d] = testing::to_bits(DType::bf16, 5.f);
+    }
+  }
+  const auto out = c.attend(ReferencePrecision::fp64, 0.09f);
+  for (int token = 0; token < c.batch.num_tokens(); ++token) {
+    for (int h = 0; h < 14; ++h) {
+      const float o = out[(static_cast<std::size_t>(token) * 14 + h) * 128 + 3];
+      if (h >= 7) {
+        EXPECT_FLOAT_EQ(o, 5.f);
+      } else {
+        EXPECT_NE(o, 5.f);
+      }
+    }
+  }
+}
+
+TEST(AttentionReferenceTest, FutureKeysDoNotMatter) {
+  std::mt19937_64 rng(5);
+  const AttentionDims dims{4, 4, 64, DType::f16};
+  HostCase c(dims, make_batch({{10, 6}}, {}), KvLayout::per_layer, rng);
+  ASSERT_TRUE(c.append().ok());
+  const auto before = c.attend(ReferencePrecision::fp64, 0.125f);
+  // Overwrite the last new token's K/V: only the last row may change.
+  for (int h = 0; h < 4; ++h) {
+    const std::size_t at = c.cache.index(0, 15, h);
+    for (int d = 0; d < 64; ++d) c.cache.k[at + d] = c.cache.v[at + d] = 0x3c00;  // 1.0
+  }
+  const auto after = c.attend(ReferencePrecision::fp64, 0.125f);
+  const std::size_t row = 4 * 64;
+  for (std::size_t i = 0; i < 5 * row; ++i) ASSERT_EQ(before[i], after[i]);
+  bool last_changed = false;
+  for (std::size_t i = 5 * row; i < 6 * row; ++i) last_changed |= before[i] != after[i];
+  EXPECT_TRUE(last_changed);
+}
+
+TEST(AttentionReferenceTest, PagedEqualsContiguous) {
+  for (KvLayout layout : {KvLayout::all_layers, KvLayout::paged16, KvLayout::paged256}) {
+    std::mt19937_64 rng_a(6), rng_b(6);
+    const AttentionDims dims{8, 2, 64, DType::bf16};
+    const HybridBatch batch = make_batch({{300, 40}, {0, 17}}, {1, 600});
+    HostCase contiguous(dims, batch, KvLayout::per_layer, rng_a);
+    HostCase other(dims, batch, layout, rng_b);
+    // Same random stream, same values: copy the cached tokens across layouts.
+    for (const auto* list : {&batch.prefills, &batch.decodes}) {
+      for (const BatchSequence& s : *list) {
+        for (int t = 0; t < s.cached_len; ++t) {
+          for (int h = 0; h < 2; ++h) {
+            for (int d = 0; d < 64; ++d) {
+              other.cache.k[other.cache.index(s.slot, t, h) + d] =
+                  contiguous.cache.k[contiguous.cache.index(s.slot, t, h) + d];
+              other.cache.v[other.cache.index(s.slot, t, h) + d] =
+                  contiguous.cache.v[contiguous.cache.index(s.slot, t, h) + d];
+            }
+          }
+        }
+      }
+    }
+    other.q = contiguous.q;
+    other.k_new = contiguous.k_new;
+    other.v_new = contiguous.v_new;
+    ASSERT_TRUE(contiguous.append().ok());
+    ASSERT_TRUE(other.append().ok());
+    EXPECT_EQ(contiguous.attend(ReferencePrecision::fp32, 0.125f),
+              other.attend(ReferencePrecision::fp32, 0.125f))
+        << testing::layout_name(layout);
+  }
+}
+
+TEST(AttentionReferenceTest, AppendWritesOnlyTheNewPositions) {
+  for (KvLayout layout : {KvLayout::per_layer, KvLayout::all_layers, KvLayout::paged16}) {
+    std::mt19937_64 rng(7);
+    const AttentionDims dims{4, 2, 64, DType::f16};
+    const HybridBatch batch = make_batch({{5, 3}}, {9});
+    HostCase c(dims, batch, layout, rng);
+    const std::vector<std::uint16_t> k_before = c.cache.k;
+    ASSERT_TRUE(c.append().ok());
+    std::size_t changed = 0;
+    for (std::size_t i = 0; i < k_before.size(); ++i) changed += k_before[i] != c.cache.k[i];
+    EXPECT_EQ(changed, 4u * 2 * 64) << "4 tokens x 2 heads x 64 dims";
+    // Decode token (row 3) of KV head 1 sits at position 8 of its slot.
+    const std::size_t at = c.cache.index(batch.decodes[0].slot, 8, 1);
+    for (int d = 0; d < 64; ++d) EXPECT_EQ(c.cache.k[at + d], c.k_new[(3 * 2 + 1) * 64 + d]);
+  }
+}
+
+}  // namespace
+}  // namespace vpod::attention
