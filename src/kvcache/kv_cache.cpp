@@ -101,6 +101,7 @@ Status KvCache::init() {
   want_desired_.assign(config_.max_slots, 0);
   is_dirty_.assign(config_.max_slots, 0);
   dirty_slots_.reserve(config_.max_slots);
+  results_.resize(kTicketHistory);
   counters_.page_bytes = page_bytes_;
 
   if (config_.growth == GrowthMode::background) {
@@ -566,7 +567,12 @@ void KvCache::mapper_main() {
   work.reserve(config_.max_slots);
   std::unique_lock queue_lock(queue_mutex_);
   for (;;) {
+    if (dirty_slots_.empty()) {
+      mapper_idle_ = true;
+      done_cv_.notify_all();
+    }
     work_cv_.wait(queue_lock, [&] { return stop_ || !dirty_slots_.empty(); });
+    mapper_idle_ = false;
     if (stop_) return;
     const std::uint64_t taken = posted_.load(std::memory_order_acquire);
     const std::uint64_t first = done_ticket_;
@@ -593,9 +599,10 @@ void KvCache::mapper_main() {
     double busy = seconds_since(start);
 
     queue_lock.lock();
-    if (!failure.ok()) {
-      failures_[next_failure_] = Failure{first, taken, failure};
-      next_failure_ = (next_failure_ + 1) % kFailureHistory;
+    // Every ticket of the batch shares its outcome (usually one ticket).
+    const std::uint64_t oldest_kept = taken >= kTicketHistory ? taken - kTicketHistory + 1 : 1;
+    for (std::uint64_t t = std::max(first + 1, oldest_kept); t <= taken; ++t) {
+      results_[t % kTicketHistory] = TicketResult{t, failure};
     }
     done_ticket_ = taken;
     done_cv_.notify_all();
@@ -621,6 +628,12 @@ void KvCache::mapper_main() {
   }
 }
 
+void KvCache::drain() {
+  if (config_.growth != GrowthMode::background) return;
+  std::unique_lock lock(queue_mutex_);
+  done_cv_.wait(lock, [&] { return mapper_idle_ && dirty_slots_.empty(); });
+}
+
 Status KvCache::wait(PrepareTicket ticket) {
   if (ticket == 0) return {};
   const Clock::time_point start = Clock::now();
@@ -631,11 +644,12 @@ Status KvCache::wait(PrepareTicket ticket) {
       return invalid_argument(fmt::format("wait: unknown prepare ticket {}", ticket));
     }
     done_cv_.wait(lock, [&] { return done_ticket_ >= ticket; });
-    for (const Failure& failure : failures_) {
-      if (!failure.status.ok() && failure.from < ticket && ticket <= failure.to) {
-        result = failure.status;
-      }
+    const TicketResult& outcome = results_[ticket % kTicketHistory];
+    if (outcome.ticket != ticket) {
+      return failed_precondition(fmt::format(
+          "wait: prepare ticket {} is too old (the last {} are kept)", ticket, kTicketHistory));
     }
+    result = outcome.status;
   }
   const double seconds = seconds_since(start);
   std::lock_guard lock(state_mutex_);

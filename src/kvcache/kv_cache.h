@@ -22,9 +22,10 @@
 // prepare(next) hands the growth the next step needs (+ lookahead_tokens) to
 // one mapper thread and returns a ticket; wait(ticket) blocks (condition
 // variable) until the ticket's required tokens are backed and returns the
-// Status if they could not be. Lookahead is best effort: it never reclaims,
-// never fails a wait, and is dropped when a newer prepare() arrives, so the
-// step thread never waits for mapping that only a later step needs.
+// Status if they could not be. A ticket can be waited on (any number of
+// times) until 1024 newer prepare() calls have been made. Lookahead is best effort: it never
+// reclaims, never fails a wait, and is dropped when a newer prepare() arrives, so the step thread
+// never waits for mapping that only a later step needs.
 //
 // Reclamation. release() keeps the slot's pages mapped (deferred
 // reclamation); acquire() picks the free slot whose mapped depth best fits
@@ -123,6 +124,9 @@ class KvCache final : public KvStore {
   int num_free_slots() const override;
   KvStats stats() const override;
 
+  // Blocks until the mapper has finished all posted work, lookahead included
+  // (returns at once in synchronous mode). For tests, benchmarks, shutdown.
+  void drain();
   // Unmaps up to `max_pages` pages from idle slots' tails back into the pool
   // (whole depth steps, so a multiple of num_regions()); returns how many.
   Result<std::int64_t> reclaim_idle(std::int64_t max_pages);
@@ -206,6 +210,7 @@ class KvCache final : public KvStore {
   std::condition_variable done_cv_;  // wait() waits for done_ticket_
   bool stop_ = false;
   bool mapper_ready_ = false;
+  bool mapper_idle_ = false;                 // waiting for work, nothing in hand
   Status mapper_status_;                     // why the mapper could not start
   std::atomic<std::uint64_t> posted_{0};     // every post, lookahead-only included
   std::uint64_t done_ticket_ = 0;            // required work finished through here
@@ -213,15 +218,14 @@ class KvCache final : public KvStore {
   std::vector<std::int64_t> want_desired_;   // [max_slots]
   std::vector<int> dirty_slots_;
   std::vector<std::uint8_t> is_dirty_;
-  // The last few failed batches: tickets (from, to] and why.
-  struct Failure {
-    std::uint64_t from = 0;
-    std::uint64_t to = 0;
+  // The outcome of each of the last kTicketHistory tickets (ticket t at
+  // t % kTicketHistory), written by the mapper when its batch is done.
+  struct TicketResult {
+    std::uint64_t ticket = 0;
     Status status;
   };
-  static constexpr int kFailureHistory = 8;
-  Failure failures_[kFailureHistory];
-  int next_failure_ = 0;
+  static constexpr std::uint64_t kTicketHistory = 1024;
+  std::vector<TicketResult> results_;
   std::thread mapper_;
 };
 
