@@ -1,0 +1,476 @@
+// GPU tests of the attention kernels against the CPU reference: fresh random
+// inputs every run, outputs poisoned with NaN, caches poisoned with NaN where
+// no token lives, odd lengths (1, 17, 255, 4095, 16385), GQA groups 1/4/7/8
+// (and 20, two head chunks), both vAttention layouts and the paged baseline,
+// fp16 and bf16, head_dim 64 and 128. Tolerance: at most twice the error of a
+// naive same-precision implementation against fp64, plus FlashAttention-3's
+// small atol. Property checks: chunked prefill == one-shot prefill, decode ==
+// one-token prefill, paged == contiguous (bitwise), graph replay == launch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <string>
+
+#include "cuda/device_buffer.h"
+#include "cuda/graph.h"
+#include "cuda/stream.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_kernels.h"
+#include "kernels/attention/attention_reference.h"
+#include "kernels/attention_test_util.h"
+#include "support/gpu.h"
+
+namespace vpod::attention {
+namespace {
+
+using testing::HostKvCache;
+using testing::KvLayout;
+using testing::make_batch;
+using testing::SeqSpec;
+
+std::mt19937_64 fresh_rng() {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("[attention] seed %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+int num_sms() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+
+float to_float(DType dtype, std::uint16_t bits) {
+  return dtype == DType::bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+}
+
+float round_to(DType dtype, float x) { return to_float(dtype, testing::to_bits(dtype, x)); }
+
+int max_context(const HybridBatch& b) {
+  int m = 1;
+  for (const auto* l : {&b.prefills, &b.decodes}) {
+    for (const auto& s : *l) m = std::max(m, s.context_len());
+  }
+  return m;
+}
+
+int num_seqs(const HybridBatch& b) {
+  return static_cast<int>(b.prefills.size() + b.decodes.size());
+}
+
+// Rows to compare: every decode and every row of short chunks; for long
+// chunks the first and last rows, the rows around each 128-row tile edge,
+// and a few random ones.
+std::vector<int> rows_to_check(const HybridBatch& batch, std::mt19937_64& rng) {
+  constexpr int kAllRowsUpTo = 300;
+  std::vector<int> rows;
+  for (const BatchSequence& s : batch.prefills) {
+    if (s.num_new <= kAllRowsUpTo) {
+      for (int i = 0; i < s.num_new; ++i) rows.push_back(s.token_offset + i);
+      continue;
+    }
+    std::set<int> pick = {0, 1, 2, s.num_new - 3, s.num_new - 2, s.num_new - 1};
+    for (int edge = kPrefillBlockM; edge < s.num_new && pick.size() < 24;
+         edge += 7 * kPrefillBlockM) {
+      pick.insert(edge - 1);
+      pick.insert(edge);
+    }
+    std::uniform_int_distribution<int> any(0, s.num_new - 1);
+    while (pick.size() < 40) pick.insert(any(rng));
+    for (int i : pick) rows.push_back(s.token_offset + i);
+  }
+  for (const BatchSequence& s : batch.decodes) rows.push_back(s.token_offset);
+  return rows;
+}
+
+// The host side of one test: the cache mirror and one step's inputs.
+struct StepInputs {
+  std::vector<std::uint16_t> q, k_new, v_new;
+};
+
+StepInputs random_inputs(const AttentionDims& dims, int tokens, std::mt19937_64& rng) {
+  StepInputs in;
+  in.q = testing::random_values(static_cast<std::size_t>(tokens) * dims.num_q_heads * dims.head_dim,
+                                dims.dtype, rng);
+  in.k_new = testing::random_values(
+      static_cast<std::size_t>(tokens) * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+  in.v_new = testing::random_values(
+      static_cast<std::size_t>(tokens) * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+  return in;
+}
+
+// A device copy of a host cache plus the buffers one step needs.
+class GpuAttention {
+ public:
+  explicit GpuAttention(HostKvCache& host) : host_(host) {
+    stream_ = cuda::Stream::create().value();
+    k_ = cuda::DeviceBuffer::allocate(host.k.size() * 2).value();
+    v_ = cuda::DeviceBuffer::allocate(host.v.size() * 2).value();
+    k_.copy_from_host(host.k.data(), host.k.size() * 2);
+    v_.copy_from_host(host.v.data(), host.v.size() * 2);
+    if (testing::is_paged(host.layout)) {
+      table_ = cuda::DeviceBuffer::allocate(host.block_table.size() * 4).value();
+      table_.copy_from_host(host.block_table.data(), host.block_table.size() * 4);
+    }
+  }
+
+  // append_kv, prefill, decode for one step (optionally captured in a CUDA
+  // graph and replayed); mirrors the append on the host. Returns out's bits.
+  std::vector<std::uint16_t> step(const HybridBatch& batch, const StepInputs& in,
+                                  const PlanOptions& options, float scale, bool use_graph = false) {
+    const AttentionDims& dims = host_.dims;
+    const int tokens = batch.num_tokens();
+    auto plan_or = AttentionPlan::create(batch, dims, options);
+    EXPECT_TRUE(plan_or.ok()) << plan_or.status().to_string();
+    const AttentionPlan& plan = *plan_or;
+    cuda::DeviceBuffer metadata = cuda::DeviceBuffer::allocate(plan.metadata_bytes()).value();
+    cuda::DeviceBuffer workspace = cuda::DeviceBuffer::allocate(plan.workspace_bytes()).value();
+    const AttentionBuffers buffers{metadata.data(), metadata.bytes(), workspace.data(),
+                                   workspace.bytes()};
+    cuda::DeviceBuffer q = upload(in.q), k_new = upload(in.k_new), v_new = upload(in.v_new);
+    cuda::DeviceBuffer out = cuda::DeviceBuffer::allocate(in.q.size() * 2).value();
+    out.fill_bytes(0xff, stream_.get());  // NaN in fp16 and bf16
+    workspace.fill_bytes(0xff, stream_.get());
+    EXPECT_TRUE(plan.upload(buffers, stream_.get()).ok());
+
+    const TensorView q_view(q.data(), dims.dtype, {tokens, dims.num_q_heads, dims.head_dim},
+                            Device::cuda);
+    const TensorView out_view(out.data(), dims.dtype, {tokens, dims.num_q_heads, dims.head_dim},
+                              Device::cuda);
+    const TensorView k_view(k_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim},
+                            Device::cuda);
+    const TensorView v_view(v_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim},
+                            Device::cuda);
+    auto launch_all = [&] {
+      if (testing::is_paged(host_.layout)) {
+        const PagedKvView kv =
+            host_.paged_view(k_.data(), v_.data(), table_.as<const std::int32_t>(), Device::cuda);
+        EXPECT_TRUE(paged_append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());
+        EXPECT_TRUE(paged_prefill(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+        EXPECT_TRUE(paged_decode(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+      } else {
+        const KvLayerView kv = host_.view(k_.data(), v_.data(), Device::cuda);
+        EXPECT_TRUE(append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());
+        EXPECT_TRUE(prefill(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+        EXPECT_TRUE(decode(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+      }
+    };
+    if (use_graph) {
+      auto capture = cuda::GraphCapture::begin(stream_.get()).value();
+      launch_all();
+      cuda::GraphExec exec = capture.finish().value();
+      exec.launch(stream_.get());
+      exec.launch(stream_.get());  // replays are idempotent: same appends, same outputs
+    } else {
+      launch_all();
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<std::uint16_t> result(in.q.size());
+    out.copy_to_host(result.data(), result.size() * 2);
+
+    // The host mirror gets the same append; the device cache must match it bit for bit.
+    HostKvCache& h = host_;
+    const TensorView hk(const_cast<std::uint16_t*>(in.k_new.data()), dims.dtype,
+                        {tokens, dims.num_kv_heads, dims.head_dim});
+    const TensorView hv(const_cast<std::uint16_t*>(in.v_new.data()), dims.dtype,
+                        {tokens, dims.num_kv_heads, dims.head_dim});
+    const Status appended =
+        testing::is_paged(h.layout)
+            ? reference_append_kv(
+                  batch, dims, hk, hv,
+                  h.paged_view(h.k.data(), h.v.data(), h.block_table.data(), Device::cpu))
+            : reference_append_kv(batch, dims, hk, hv, h.view(h.k.data(), h.v.data(), Device::cpu));
+    EXPECT_TRUE(appended.ok()) << appended.to_string();
+    std::vector<std::uint16_t> k_back(h.k.size()), v_back(h.v.size());
+    k_.copy_to_host(k_back.data(), k_back.size() * 2);
+    v_.copy_to_host(v_back.data(), v_back.size() * 2);
+    EXPECT_TRUE(k_back == h.k && v_back == h.v) << "append_kv differs from the reference append";
+    return result;
+  }
+
+ private:
+  cuda::DeviceBuffer upload(const std::vector<std::uint16_t>& host) {
+    cuda::DeviceBuffer b =
+        cuda::DeviceBuffer::allocate(std::max<std::size_t>(host.size() * 2, 16)).value();
+    b.copy_from_host(host.data(), host.size() * 2);
+    return b;
+  }
+
+  HostKvCache& host_;
+  cuda::Stream stream_;
+  cuda::DeviceBuffer k_, v_, table_;
+};
+
+struct Comparison {
+  double max_err = 0;    // kernel vs fp64
+  double naive_err = 0;  // naive same-precision vs fp64
+  double atol = 0;
+  double bound() const { return 2 * naive_err + atol; }
+};
+
+// Compares `out` (kernel bits) with the fp64 reference on the checked rows,
+// after checking that every output element is finite (nothing left poisoned).
+Comparison compare_with_reference(const HostKvCache& cache, const HybridBatch& batch,
+                                  const StepInputs& in, const std::vector<std::uint16_t>& out,
+                                  float scale, const std::vector<int>& rows, const char* label) {
+  const AttentionDims& dims = cache.dims;
+  const int tokens = batch.num_tokens();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(to_float(dims.dtype, out[i]))) {
+      ADD_FAILURE() << label << ": output element " << i << " is not finite (row "
+                    << i / (dims.num_q_heads * dims.head_dim) << ")";
+      return {};
+    }
+  }
+  const std::size_t n = static_cast<std::size_t>(tokens) * dims.num_q_heads * dims.head_dim;
+  std::vector<float> exact(n), naive(n);
+  const TensorView q(const_cast<std::uint16_t*>(in.q.data()), dims.dtype,
+                     {tokens, dims.num_q_heads, dims.head_dim});
+  const TensorView exact_view(exact.data(), DType::f32, {tokens, dims.num_q_heads, dims.head_dim});
+  const TensorView naive_view(naive.data(), DType::f32, {tokens, dims.num_q_heads, dims.head_dim});
+  HostKvCache& h = const_cast<HostKvCache&>(cache);
+  for (auto [view, precision] : {std::pair{exact_view, ReferencePrecision::fp64},
+                                 std::pair{naive_view, ReferencePrecision::naive}}) {
+    const Status s =
+        testing::is_paged(h.layout)
+            ? reference_attention(
+                  batch, dims, q,
+                  h.paged_view(h.k.data(), h.v.data(), h.block_table.data(), Device::cpu), view,
+                  scale, precision, ReferencePart::all, rows)
+            : reference_attention(batch, dims, q, h.view(h.k.data(), h.v.data(), Device::cpu), view,
+                                  scale, precision, ReferencePart::all, rows);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  Comparison c;
+  const std::size_t row_elems = static_cast<std::size_t>(dims.num_q_heads) * dims.head_dim;
+  for (int row : rows) {
+    for (std::size_t j = 0; j < row_elems; ++j) {
+      const std::size_t i = row * row_elems + j;
+      const double ref = exact[i];
+      c.max_err = std::max(c.max_err, std::abs(to_float(dims.dtype, out[i]) - ref));
+      c.naive_err = std::max(c.naive_err, std::abs(naive[i] - ref));
+      // FlashAttention-3's atol: the dtype's rounding noise at the outputs' scale.
+      const float noisy = round_to(dims.dtype, round_to(dims.dtype, exact[i] + 0.3f) - 0.3f);
+      c.atol = std::max(c.atol, 2.0 * std::abs(noisy - ref));
+    }
+  }
+  std::printf("[attention] %-44s rows %5zu  max err %.3e  naive %.3e  bound %.3e\n", label,
+              rows.size(), c.max_err, c.naive_err, c.bound());
+  EXPECT_LE(c.max_err, c.bound()) << label;
+  return c;
+}
+
+std::string label_of(const AttentionDims& d, KvLayout layout, const char* what) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s %s d%d g%d %s", what, dtype_name(d.dtype).data(), d.head_dim,
+                d.group_size(), testing::layout_name(layout));
+  return buf;
+}
+
+// One step on a fresh cache holding random cached tokens; checks the result.
+struct StepResult {
+  std::vector<std::uint16_t> out;
+  Comparison cmp;
+};
+
+StepResult run_and_check(const AttentionDims& dims, KvLayout layout, const HybridBatch& batch,
+                         const PlanOptions& options, std::mt19937_64& rng, const char* what,
+                         bool use_graph = false) {
+  HostKvCache cache(dims, layout, num_seqs(batch), max_context(batch), rng);
+  cache.fill_cached(batch, rng);
+  const StepInputs in = random_inputs(dims, batch.num_tokens(), rng);
+  GpuAttention gpu(cache);
+  const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
+  StepResult r;
+  r.out = gpu.step(batch, in, options, scale, use_graph);
+  const std::vector<int> rows = rows_to_check(batch, rng);
+  r.cmp = compare_with_reference(cache, batch, in, r.out, scale, rows,
+                                 label_of(dims, layout, what).c_str());
+  return r;
+}
+
+// The mixed batch of the sweep: chunks with contexts 255, 17 (a 1-token
+// chunk) and 4095 (split: short chunk, long context), decodes with contexts
+// 1, 17, 255, 4095 and 16385.
+HybridBatch sweep_batch() {
+  return make_batch({{0, 255}, {16, 1}, {3840, 255}}, {1, 17, 255, 4095, 16385});
+}
+
+TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
+  VPOD_REQUIRE_GPU();
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int d : {64, 128}) {
+      const int prefill = detail::ctas_per_sm(detail::KernelKind::prefill, dtype, d).value();
+      const int decode = detail::ctas_per_sm(detail::KernelKind::decode, dtype, d).value();
+      std::printf("[attention] %s d%d: prefill %d CTAs/SM, decode %d CTAs/SM\n",
+                  dtype_name(dtype).data(), d, prefill, decode);
+      EXPECT_GE(prefill, kPrefillCtasPerSm);
+      EXPECT_GE(decode, kDecodeCtasPerSm);
+    }
+  }
+}
+
+TEST(AttentionGpuTest, MatchesReferenceAcrossDtypesDimsGroupsLayouts) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const PlanOptions options{num_sms(), 0, 0};
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int d : {64, 128}) {
+      for (int group : {1, 4, 7, 8}) {
+        for (KvLayout layout : {KvLayout::per_layer, KvLayout::all_layers}) {
+          const AttentionDims dims{2 * group, 2, d, dtype};
+          run_and_check(dims, layout, sweep_batch(), options, rng, "sweep");
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionGpuTest, WideGroupsUseSeveralHeadChunks) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  run_and_check({40, 2, 128, DType::bf16}, KvLayout::per_layer, sweep_batch(), {num_sms(), 0, 0},
+                rng, "group20");
+}
+
+TEST(AttentionGpuTest, LongPromptsAndForcedSplits) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  run_and_check({8, 2, 128, DType::f16}, KvLayout::per_layer, make_batch({{0, 16385}}, {}),
+                {num_sms(), 0, 0}, rng, "prompt16385");
+  run_and_check({14, 2, 64, DType::bf16}, KvLayout::all_layers, make_batch({{0, 4095}}, {}),
+                {num_sms(), 0, 0}, rng, "prompt4095");
+  run_and_check({16, 2, 128, DType::f16}, KvLayout::per_layer, sweep_batch(), {num_sms(), 5, 7},
+                rng, "forced-splits");
+  run_and_check({8, 8, 64, DType::bf16}, KvLayout::per_layer, sweep_batch(), {num_sms(), 0, 64},
+                rng, "forced-splits-max");
+}
+
+TEST(AttentionGpuTest, PagedEqualsContiguousBitwise) {
+  VPOD_REQUIRE_GPU();
+  for (auto [dims, layout] : {std::pair{AttentionDims{8, 2, 128, DType::f16}, KvLayout::paged16},
+                              std::pair{AttentionDims{14, 2, 64, DType::bf16}, KvLayout::paged256},
+                              std::pair{AttentionDims{16, 2, 128, DType::bf16}, KvLayout::paged16},
+                              std::pair{AttentionDims{2, 2, 64, DType::f16}, KvLayout::paged256}}) {
+    const std::uint64_t seed = std::random_device{}();
+    const HybridBatch batch = sweep_batch();
+    const PlanOptions options{num_sms(), 0, 0};
+    std::mt19937_64 rng_a(seed), rng_b(seed);
+    HostKvCache contiguous(dims, KvLayout::per_layer, num_seqs(batch), max_context(batch), rng_a);
+    HostKvCache paged(dims, layout, num_seqs(batch), max_context(batch), rng_b);
+    // Same seed: the same cached values, in different places.
+    rng_a.seed(seed);
+    rng_b.seed(seed);
+    contiguous.fill_cached(batch, rng_a);
+    paged.fill_cached(batch, rng_b);
+    const StepInputs in = random_inputs(dims, batch.num_tokens(), rng_a);
+    const float scale = 0.1f;
+    GpuAttention gpu_contiguous(contiguous), gpu_paged(paged);
+    const auto out_contiguous = gpu_contiguous.step(batch, in, options, scale);
+    const auto out_paged = gpu_paged.step(batch, in, options, scale);
+    EXPECT_TRUE(out_contiguous == out_paged) << label_of(dims, layout, "paged");
+    compare_with_reference(paged, batch, in, out_paged, scale, rows_to_check(batch, rng_a),
+                           label_of(dims, layout, "paged").c_str());
+  }
+}
+
+TEST(AttentionGpuTest, ChunkedPrefillEqualsOneShot) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const AttentionDims dims{8, 2, 128, DType::f16};
+  const PlanOptions options{num_sms(), 0, 0};
+  const int length = 4095;
+  const std::vector<SeqSpec> chunks = {{0, 1000}, {1000, 1500}, {2500, 1595}};
+  const float scale = 1.f / std::sqrt(128.f);
+  HostKvCache cache_one(dims, KvLayout::per_layer, 1, length, rng);
+  HostKvCache cache_chunked = cache_one;
+  const StepInputs all = random_inputs(dims, length, rng);
+  GpuAttention gpu_one(cache_one), gpu_chunked(cache_chunked);
+  const HybridBatch one_shot = make_batch({{0, length}}, {}, {0});
+  const auto out_one = gpu_one.step(one_shot, all, options, scale);
+  const Comparison c_one = compare_with_reference(cache_one, one_shot, all, out_one, scale,
+                                                  rows_to_check(one_shot, rng), "one-shot 4095");
+  const std::size_t q_row = static_cast<std::size_t>(dims.num_q_heads) * dims.head_dim;
+  const std::size_t kv_row = static_cast<std::size_t>(dims.num_kv_heads) * dims.head_dim;
+  double max_diff = 0, max_bound = c_one.bound();
+  for (const SeqSpec& chunk : chunks) {
+    StepInputs in;
+    in.q.assign(all.q.begin() + chunk.cached_len * q_row,
+                all.q.begin() + (chunk.cached_len + chunk.num_new) * q_row);
+    in.k_new.assign(all.k_new.begin() + chunk.cached_len * kv_row,
+                    all.k_new.begin() + (chunk.cached_len + chunk.num_new) * kv_row);
+    in.v_new.assign(all.v_new.begin() + chunk.cached_len * kv_row,
+                    all.v_new.begin() + (chunk.cached_len + chunk.num_new) * kv_row);
+    const HybridBatch batch = make_batch({chunk}, {}, {0});
+    const auto out = gpu_chunked.step(batch, in, options, scale);
+    const Comparison c = compare_with_reference(cache_chunked, batch, in, out, scale,
+                                                rows_to_check(batch, rng), "chunk of 4095");
+    max_bound = std::max(max_bound, c.bound());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      max_diff = std::max<double>(
+          max_diff, std::abs(to_float(dims.dtype, out[i]) -
+                             to_float(dims.dtype, out_one[chunk.cached_len * q_row + i])));
+    }
+  }
+  std::printf("[attention] chunked vs one-shot: max diff %.3e (allowed %.3e)\n", max_diff,
+              2 * max_bound);
+  EXPECT_LE(max_diff, 2 * max_bound);
+}
+
+TEST(AttentionGpuTest, DecodeEqualsOneTokenPrefill) {
+  VPOD_REQUIRE_GPU();
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const std::uint64_t seed = std::random_device{}();
+    const AttentionDims dims{14, 2, 128, dtype};
+    const std::vector<int> contexts = {1, 17, 255, 4095, 16385};
+    std::vector<SeqSpec> as_prefills;
+    for (int ctx : contexts) as_prefills.push_back({ctx - 1, 1});
+    const HybridBatch decodes = make_batch({}, contexts);
+    const HybridBatch prefills = make_batch(as_prefills, {});
+    std::mt19937_64 rng_a(seed), rng_b(seed);
+    HostKvCache cache_a(dims, KvLayout::per_layer, 5, 16385, rng_a);
+    HostKvCache cache_b(dims, KvLayout::per_layer, 5, 16385, rng_b);
+    cache_a.fill_cached(decodes, rng_a);
+    cache_b.fill_cached(prefills, rng_b);
+    const StepInputs in = random_inputs(dims, 5, rng_a);
+    GpuAttention gpu_a(cache_a), gpu_b(cache_b);
+    const float scale = 0.08f;
+    const auto out_decode = gpu_a.step(decodes, in, {num_sms(), 0, 0}, scale);
+    const auto out_prefill = gpu_b.step(prefills, in, {num_sms(), 0, 0}, scale);
+    const Comparison c = compare_with_reference(cache_a, decodes, in, out_decode, scale,
+                                                rows_to_check(decodes, rng_a), "decode");
+    double max_diff = 0;
+    for (std::size_t i = 0; i < out_decode.size(); ++i) {
+      max_diff = std::max<double>(
+          max_diff, std::abs(to_float(dtype, out_decode[i]) - to_float(dtype, out_prefill[i])));
+    }
+    std::printf("[attention] %s decode vs one-token prefill: max diff %.3e (allowed %.3e)\n",
+                dtype_name(dtype).data(), max_diff, 2 * c.bound());
+    EXPECT_LE(max_diff, 2 * c.bound());
+  }
+}
+
+TEST(AttentionGpuTest, GraphReplayEqualsDirectLaunch) {
+  VPOD_REQUIRE_GPU();
+  const std::uint64_t seed = std::random_device{}();
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{1000, 300}}, {2000, 5000, 33});
+  std::mt19937_64 rng_a(seed), rng_b(seed);
+  HostKvCache cache_a(dims, KvLayout::all_layers, 4, 5000, rng_a);
+  HostKvCache cache_b(dims, KvLayout::all_layers, 4, 5000, rng_b);
+  cache_a.fill_cached(batch, rng_a);
+  cache_b.fill_cached(batch, rng_b);
+  const StepInputs in = random_inputs(dims, batch.num_tokens(), rng_a);
+  GpuAttention gpu_a(cache_a), gpu_b(cache_b);
+  const auto direct = gpu_a.step(batch, in, {num_sms(), 0, 0}, 0.09f);
+  const auto replayed = gpu_b.step(batch, in, {num_sms(), 0, 0}, 0.09f, /*use_graph=*/true);
+  EXPECT_TRUE(direct == replayed);
+}
+
+}  // namespace
+}  // namespace vpod::attention
