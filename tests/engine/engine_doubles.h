@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -206,6 +207,39 @@ class HashModel final : public ModelExecutor {
 
   SlotMemory* memory_;
   int vocab_size_;
+};
+
+// Emits a fixed script of tokens per request, chosen by the request's first
+// prompt token: script[prompt[0]][k] is its k-th output token. Suppressed ids
+// (stop tokens before min_tokens) are replaced by `filler`.
+class ScriptedModel final : public ModelExecutor {
+ public:
+  ScriptedModel(std::map<std::int32_t, std::vector<std::int32_t>> scripts, std::int32_t filler)
+      : scripts_(std::move(scripts)), filler_(filler) {}
+
+  Status forward(const HybridBatch&, std::span<const SampleSpec> samples,
+                 std::span<SampledToken> out) override {
+    ++num_forwards;
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const SampleSpec& spec = samples[i];
+      const std::vector<std::int32_t>& script = scripts_.at(spec.token_ids[0]);
+      std::int32_t token =
+          spec.output_index < static_cast<int>(script.size()) ? script[spec.output_index] : filler_;
+      for (std::int32_t id : spec.suppressed_ids)
+        if (id == token) token = filler_;
+      out[i] = SampledToken{};
+      out[i].token = token;
+      out[i].logprob = -0.5f * static_cast<float>(spec.output_index);
+      for (int k = 0; k < spec.num_logprobs; ++k) out[i].top[k] = {token + k, -1.0f * k};
+      out[i].num_top = std::max(spec.num_logprobs, 0);
+    }
+    return {};
+  }
+  int num_forwards = 0;
+
+ private:
+  std::map<std::int32_t, std::vector<std::int32_t>> scripts_;
+  std::int32_t filler_;
 };
 
 // Token id -> bytes; text is released in whole UTF-8 characters.
