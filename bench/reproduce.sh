@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Reruns the papers' experiments on the GPU machine (an H200) and writes
+# docs/results.md with its plots (tools/plot_results.py):
+#   1. kernels:   vpod bench attention (+ tools/bench_attention_peers.py), vpod bench pod
+#   2. allocator: vpod bench kvcache
+#   3. offline:   vpod bench offline, makespan of static traces (8K/16K prompts, P:D 50/100/500)
+#   4. online:    vpod serve + vpod bench serve, arXiv-like trace, TTFT/TPOT/P99 against rate
+# each end-to-end one in the modes vattn+pod, vattn+serial and paged+serial, on
+# random-weight models at real shapes (vpod make-model presets llama3-8b, yi-6b).
+#
+# Usage: bench/reproduce.sh [--build DIR] [--out DIR] [--models DIR] [--docs DIR]
+#                           [--sections kernels,allocator,offline,online] [--quick]
+# Every command run is appended to OUT/commands.txt; raw JSON and logs stay in OUT
+# (default BUILD/results).
+# A benchmark command that does not exist yet stops the script with its name.
+# Extra flags per benchmark: ATTENTION_ARGS, POD_ARGS, KVCACHE_ARGS, OFFLINE_ARGS,
+# SERVE_ARGS (vpod serve), BENCH_SERVE_ARGS, e.g. ATTENTION_ARGS="--sweep paper".
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build="$repo/build"
+out=""
+models="$repo/models"
+docs="$repo/docs"
+sections="kernels,allocator,offline,online"
+quick=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --docs) docs=$2; shift 2 ;;
+    --sections) sections=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "reproduce.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+out=${out:-$build/results}
+vpod="$build/vpod"
+[[ -x "$vpod" ]] || { echo "reproduce.sh: $vpod not found; build first (make)" >&2; exit 2; }
+mkdir -p "$out"/{kernels,allocator,offline,online,logs} "$models" "$docs"
+: > "$out/commands.txt"
+
+has() { [[ ",$sections," == *",$1,"* ]]; }
+
+# run CMD...: logs the exact command, then runs it.
+run() {
+  printf '%s\n' "$*" >> "$out/commands.txt"
+  echo "+ $*" >&2
+  "$@"
+}
+
+# require_bench NAME ISSUE: stop, naming what is missing, if `vpod bench NAME` does not exist.
+require_bench() {
+  if ! "$vpod" bench "$1" --help > /dev/null 2>&1; then
+    echo "reproduce.sh: 'vpod bench $1' does not exist in $vpod (it comes with $2);" \
+         "rerun with --sections without the section that needs it" >&2
+    exit 3
+  fi
+}
+require_command() {
+  if ! "$vpod" "$1" --help > /dev/null 2>&1; then
+    echo "reproduce.sh: 'vpod $1' does not exist in $vpod (it comes with $2)" >&2
+    exit 3
+  fi
+}
+
+# ----------------------------------------------------------------------------- environment
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [[ -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+  commit="$commit (with uncommitted changes)"
+fi
+"$vpod" info > "$out/logs/vpod_info.txt" 2>&1 || true
+python3 - "$out/env.json" "$gpu" "$driver" "$commit" "$quick" <<'EOF'
+import datetime, json, socket, sys
+path, gpu, driver, commit, quick = sys.argv[1:]
+json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "gpu": gpu or "none found", "driver": driver or "unknown", "commit": commit,
+           "host": socket.gethostname(), "quick": quick == "1"}, open(path, "w"), indent=1)
+EOF
+
+# ----------------------------------------------------------------------------- 1. kernels
+if has kernels; then
+  require_bench attention "issue 4 (attention kernels)"
+  require_bench pod "issue 5 (POD-Attention)"
+  # shellcheck disable=SC2086
+  run "$vpod" bench attention ${ATTENTION_ARGS:-} --json "$out/kernels/attention.json" \
+    | tee "$out/logs/attention.txt"
+  if [[ -f "$repo/tools/bench_attention_peers.py" ]]; then
+    run python3 "$repo/tools/bench_attention_peers.py" --json "$out/kernels/attention_peers.json" \
+      | tee "$out/logs/attention_peers.txt"
+  else
+    echo "reproduce.sh: tools/bench_attention_peers.py missing; no PyTorch FA2/cuDNN comparison" >&2
+  fi
+  # shellcheck disable=SC2086
+  run "$vpod" bench pod ${POD_ARGS:-} --json "$out/kernels/pod.json" | tee "$out/logs/pod.txt"
+fi
+
+# ----------------------------------------------------------------------------- 2. allocator
+if has allocator; then
+  require_bench kvcache "issue 3 (vAttention KV cache)"
+  # shellcheck disable=SC2086
+  run "$vpod" bench kvcache ${KVCACHE_ARGS:-} --json "$out/allocator/kvcache.json" \
+    | tee "$out/logs/kvcache.txt"
+fi
+
+# ----------------------------------------------------------------------------- models
+model_presets=(llama3-8b yi-6b)
+if [[ $quick == 1 ]]; then model_presets=(llama3-8b); fi
+if has offline || has online; then
+  require_command make-model "issue 6 (model runtime)"
+  for preset in "${model_presets[@]}"; do
+    if [[ ! -f "$models/$preset/config.json" ]]; then
+      run "$vpod" make-model --out "$models/$preset" --preset "$preset" --seed 0
+    fi
+  done
+fi
+
+modes=(vattn+pod vattn+serial paged+serial)
+mode_flags() {  # vattn+pod -> --kv-cache vattn --attention pod
+  echo "--kv-cache ${1%%+*} --attention ${1##*+}"
+}
+
+# ----------------------------------------------------------------------------- 3. offline
+if has offline; then
+  require_bench offline "issue 10 (this script's) and issue 8 (engine)"
+  prompts=(8192 16384)
+  ratios=(50 100 500)
+  num_requests=64
+  if [[ $quick == 1 ]]; then prompts=(16384); ratios=(100); num_requests=16; fi
+  for preset in "${model_presets[@]}"; do
+    for prompt in "${prompts[@]}"; do
+      for pd in "${ratios[@]}"; do
+        for mode in "${modes[@]}"; do
+          tag="${preset}_${prompt}_pd${pd}_${mode/+/-}"
+          # shellcheck disable=SC2046,SC2086
+          run "$vpod" bench offline --model "$models/$preset" --input-len "$prompt" \
+            --pd-ratio "$pd" --num-requests "$num_requests" $(mode_flags "$mode") \
+            ${OFFLINE_ARGS:-} --json "$out/offline/$tag.json" | tee "$out/logs/offline_$tag.txt"
+        done
+      done
+    done
+  done
+fi
+
+# ----------------------------------------------------------------------------- 4. online
+wait_healthy() {  # wait_healthy URL PID: until GET URL/health is 200, or the server dies
+  local deadline=$((SECONDS + 900))
+  while ((SECONDS < deadline)); do
+    kill -0 "$2" 2> /dev/null || return 1
+    if python3 -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+         "$1/health" 2> /dev/null; then
+      return 0
+    fi
+    sleep 2
+  done
+  return 1
+}
+
+if has online; then
+  require_command serve "issue 9 (server)"
+  require_bench serve "issue 10 (this script's)"
+  rates=(0.5 1 1.5 2 3 4)
+  num_prompts=128
+  if [[ $quick == 1 ]]; then rates=(1 2 4); num_prompts=48; fi
+  port=${PORT:-8123}
+  url="http://127.0.0.1:$port"
+  for preset in "${model_presets[@]}"; do
+    for mode in "${modes[@]}"; do
+      tag="${preset}_${mode/+/-}"
+      # shellcheck disable=SC2046,SC2086
+      printf '%s\n' "$vpod serve --model $models/$preset --port $port --max-model-len 16384 \
+$(mode_flags "$mode") ${SERVE_ARGS:-}" >> "$out/commands.txt"
+      # shellcheck disable=SC2046,SC2086
+      "$vpod" serve --model "$models/$preset" --port "$port" --max-model-len 16384 \
+        $(mode_flags "$mode") ${SERVE_ARGS:-} > "$out/logs/serve_$tag.log" 2>&1 &
+      server=$!
+      if ! wait_healthy "$url" "$server"; then
+        echo "reproduce.sh: vpod serve ($tag) did not become healthy; see $out/logs/serve_$tag.log" >&2
+        kill "$server" 2> /dev/null || true
+        exit 4
+      fi
+      for rate in "${rates[@]}"; do
+        # shellcheck disable=SC2086
+        run "$vpod" bench serve --base-url "$url" --dataset arxiv --num-prompts "$num_prompts" \
+          --request-rate "$rate" --seed 0 --no-progress --metadata "model=$preset" \
+          --metadata "mode=$mode" ${BENCH_SERVE_ARGS:-} \
+          --json "$out/online/${tag}_r$rate.json" | tee "$out/logs/online_${tag}_r$rate.txt"
+      done
+      kill -INT "$server" 2> /dev/null || true
+      wait "$server" 2> /dev/null || true
+    done
+  done
+fi
+
+# ----------------------------------------------------------------------------- report
+run python3 "$repo/tools/plot_results.py" --results "$out" --docs "$docs"
+echo "reproduce.sh: raw results in $out, report in $docs/results.md"
