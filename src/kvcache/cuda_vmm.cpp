@@ -103,8 +103,15 @@ Status CudaVmmProvider::bind_thread() {
   return {};
 }
 
+Status CudaVmmProvider::ensure_context() {
+  CUcontext context = nullptr;
+  if (api_->cuCtxGetCurrent(&context) == CUDA_SUCCESS && context != nullptr) return {};
+  return bind_thread();
+}
+
 Result<void*> CudaVmmProvider::reserve(std::size_t bytes) {
   VPOD_CHECK(bytes % page_bytes_ == 0);
+  VPOD_RETURN_IF_ERROR(ensure_context());
   CUdeviceptr ptr = 0;
   VPOD_CU_RETURN_IF_ERROR(api_->cuMemAddressReserve(&ptr, bytes, page_bytes_, 0, 0),
                           StatusCode::resource_exhausted);
@@ -116,6 +123,7 @@ void CudaVmmProvider::free_reservation(void* base, std::size_t bytes) {
 }
 
 Result<PageHandle> CudaVmmProvider::create_page() {
+  VPOD_RETURN_IF_ERROR(ensure_context());
   CUmemGenericAllocationHandle handle = 0;
   const CUresult err = api_->cuMemCreate(&handle, page_bytes_, &prop_, 0);
   if (err != CUDA_SUCCESS) {
@@ -131,6 +139,7 @@ void CudaVmmProvider::release_page(PageHandle page) {
 }
 
 Status CudaVmmProvider::map(void* addr, std::span<const PageHandle> pages) {
+  VPOD_RETURN_IF_ERROR(ensure_context());
   const auto base = reinterpret_cast<CUdeviceptr>(addr);
   for (std::size_t i = 0; i < pages.size(); ++i) {
     const CUresult err = api_->cuMemMap(base + i * page_bytes_, page_bytes_, 0,
@@ -155,6 +164,7 @@ Status CudaVmmProvider::map(void* addr, std::span<const PageHandle> pages) {
 }
 
 Status CudaVmmProvider::unmap(void* addr, std::size_t num_pages) {
+  VPOD_RETURN_IF_ERROR(ensure_context());
   const auto base = reinterpret_cast<CUdeviceptr>(addr);
   // Pages were mapped one cuMemMap each, so each is unmapped on its own.
   for (std::size_t i = 0; i < num_pages; ++i) {

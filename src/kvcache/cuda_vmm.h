@@ -39,6 +39,10 @@ class CudaVmmProvider final : public VmmProvider {
 
  private:
   CudaVmmProvider() = default;
+  // Driver calls need a current context; any thread may call the provider
+  // (the mapper, a test's helper thread, a destructor), so each call makes
+  // sure one is current (one cheap cuCtxGetCurrent when it already is).
+  Status ensure_context();
 
   const cuda::DriverApi* api_ = nullptr;
   int device_ = 0;

@@ -18,10 +18,13 @@ constexpr std::size_t kHostAlignment = 4096;
 
 Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const PagedKvCacheConfig& config) {
   VPOD_RETURN_IF_ERROR(config.shape.validate());
-  if (config.block_size <= 0 || config.max_slots <= 0 || config.max_ctx <= 0) {
+  if (config.block_size <= 0 || (config.block_size & (config.block_size - 1)) != 0) {
     return invalid_argument(
-        fmt::format("paged KV cache needs block_size, max_slots, max_ctx > 0, got {}, {}, {}",
-                    config.block_size, config.max_slots, config.max_ctx));
+        fmt::format("paged KV block size must be a power of two, got {}", config.block_size));
+  }
+  if (config.max_slots <= 0 || config.max_ctx <= 0) {
+    return invalid_argument(fmt::format("paged KV cache needs max_slots, max_ctx > 0, got {}, {}",
+                                        config.max_slots, config.max_ctx));
   }
   std::unique_ptr<PagedKvCache> cache(new PagedKvCache(config));
   VPOD_RETURN_IF_ERROR(cache->init());
@@ -85,11 +88,11 @@ PagedKvLayerView PagedKvCache::layer_view(int layer) const {
   view.block_stride = view.token_stride * config_.block_size;
   const std::size_t pool_bytes_per_tensor =
       static_cast<std::size_t>(num_blocks_) * view.block_stride * dtype_size(shape.dtype);
-  view.k_pool = pool_ + static_cast<std::size_t>(2 * layer) * pool_bytes_per_tensor;
-  view.v_pool = pool_ + static_cast<std::size_t>(2 * layer + 1) * pool_bytes_per_tensor;
-  view.block_tables =
+  view.k = pool_ + static_cast<std::size_t>(2 * layer) * pool_bytes_per_tensor;
+  view.v = pool_ + static_cast<std::size_t>(2 * layer + 1) * pool_bytes_per_tensor;
+  view.block_table =
       config_.device == Device::cuda ? device_tables_.as<const std::int32_t>() : tables_.data();
-  view.max_slots = config_.max_slots;
+  view.num_slots = config_.max_slots;
   view.max_blocks_per_slot = max_blocks_per_slot_;
   return view;
 }

@@ -30,7 +30,7 @@ namespace vpod::kvcache {
 
 struct PagedKvCacheConfig {
   KvShape shape;
-  int block_size = 16;  // tokens per block
+  int block_size = 16;  // tokens per block, a power of two
   int max_slots = 0;
   int max_ctx = 0;
   std::size_t memory_bytes = 0;  // floor(memory / block_bytes) blocks

@@ -28,8 +28,8 @@ PagedKvCacheConfig small_paged(int block_size, int blocks) {
 float* paged_element(const PagedKvLayerView& view, int kv, int slot, std::int64_t token, int head,
                      int d) {
   const std::int32_t block =
-      view.block_tables[slot * view.max_blocks_per_slot + token / view.block_size];
-  auto* pool = static_cast<float*>(kv == 0 ? view.k_pool : view.v_pool);
+      view.block_table[slot * view.max_blocks_per_slot + token / view.block_size];
+  auto* pool = static_cast<float*>(kv == 0 ? view.k : view.v);
   return pool + block * view.block_stride + (token % view.block_size) * view.token_stride +
          head * view.head_stride + d;
 }
@@ -104,10 +104,12 @@ TEST(PagedKvCache, AllocatesBlocksAndReportsCapacity) {
   ASSERT_TRUE(cache.check_invariants().ok());
 }
 
-TEST(PagedKvCache, RejectsBudgetsBelowOneBlock) {
+TEST(PagedKvCache, RejectsBudgetsBelowOneBlockAndOddBlockSizes) {
   PagedKvCacheConfig config = small_paged(256, 1);
   config.memory_bytes -= 1;
   EXPECT_EQ(PagedKvCache::create(config).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(PagedKvCache::create(small_paged(24, 10)).status().code(),
+            StatusCode::invalid_argument);
 }
 
 TEST(PagedKvCache, DataThroughBlockTablesSurvivesARandomWorkload) {
