@@ -1,0 +1,77 @@
+#include "server/api_error.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace vpod::server {
+
+ApiError bad_request(std::string message, std::string param) {
+  return {400, std::move(message), "invalid_request_error", std::move(param), ""};
+}
+
+ApiError unauthorized() {
+  return {401, "Missing or invalid API key: send it as 'Authorization: Bearer <key>'",
+          "invalid_request_error", "", "invalid_api_key"};
+}
+
+ApiError model_not_found(const std::string& model) {
+  return {404, fmt::format("The model '{}' does not exist", model), "invalid_request_error",
+          "model", "model_not_found"};
+}
+
+ApiError route_not_found(const std::string& method, const std::string& path) {
+  return {404, fmt::format("No route for {} {}", method, path), "invalid_request_error", "",
+          "not_found"};
+}
+
+ApiError payload_too_large(std::size_t limit_bytes) {
+  return {413, fmt::format("The request body is larger than the limit of {} bytes", limit_bytes),
+          "invalid_request_error", "", "request_too_large"};
+}
+
+ApiError service_unavailable(std::string message) {
+  return {503, std::move(message), "service_unavailable", "", "service_unavailable"};
+}
+
+ApiError server_error(std::string message) {
+  return {500, std::move(message), "internal_error", "", "internal_error"};
+}
+
+ApiError from_status(const Status& status, std::string param) {
+  switch (status.code()) {
+    case StatusCode::invalid_argument:
+    case StatusCode::out_of_range:
+    case StatusCode::failed_precondition:
+    case StatusCode::unimplemented: return bad_request(status.message(), std::move(param));
+    case StatusCode::not_found: {
+      ApiError error = bad_request(status.message(), std::move(param));
+      error.http_status = 404;
+      return error;
+    }
+    case StatusCode::unavailable:
+    case StatusCode::resource_exhausted: return service_unavailable(status.message());
+    case StatusCode::ok:
+    case StatusCode::data_loss:
+    case StatusCode::internal: break;
+  }
+  return server_error(status.message());
+}
+
+nlohmann::json error_json(const ApiError& error) {
+  auto or_null = [](const std::string& s) {
+    return s.empty() ? nlohmann::json() : nlohmann::json(s);
+  };
+  return {{"error",
+           {{"message", error.message},
+            {"type", error.type},
+            {"param", or_null(error.param)},
+            {"code", or_null(error.code)}}}};
+}
+
+std::string error_body(const ApiError& error) {
+  // Messages may quote client input: never let invalid UTF-8 throw here.
+  return error_json(error).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace vpod::server

@@ -1,0 +1,309 @@
+#include "server/openai_json.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "server/utf8.h"
+
+namespace vpod::server {
+namespace {
+
+using nlohmann::json;
+
+float reported(float logprob) {
+  return std::isnan(logprob) ? kMinReportedLogprob : std::max(logprob, kMinReportedLogprob);
+}
+
+json bytes_json(std::string_view bytes) {
+  json out = json::array();
+  for (char c : bytes) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+json stop_reason_json(const GenerationDelta& delta) {
+  if (!delta.stop_string.empty()) return delta.stop_string;
+  if (delta.stop_token) return *delta.stop_token;
+  return nullptr;
+}
+
+json empty_logprobs(bool chat) {
+  if (chat) return {{"content", json::array()}};
+  return {{"tokens", json::array()},
+          {"token_logprobs", json::array()},
+          {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+}
+
+json finish_reason_json(FinishReason reason) {
+  if (reason == FinishReason::none) return nullptr;
+  return std::string(finish_reason_name(reason));
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::none: return "";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+  }
+  return "";
+}
+
+void GenerationDelta::merge(GenerationDelta&& next) {
+  token_ids.insert(token_ids.end(), next.token_ids.begin(), next.token_ids.end());
+  text += next.text;
+  for (TokenLogprobs& l : next.logprobs) logprobs.push_back(std::move(l));
+  if (next.finished) {
+    finished = true;
+    finish_reason = next.finish_reason;
+    stop_string = std::move(next.stop_string);
+    stop_token = next.stop_token;
+    error = std::move(next.error);
+  }
+  num_prompt_tokens = next.num_prompt_tokens;
+  num_generated_tokens = next.num_generated_tokens;
+}
+
+std::string dump_json(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+json models_response(const ModelCard& card) {
+  json model = {{"id", card.id},
+                {"object", "model"},
+                {"created", card.created},
+                {"owned_by", "vpod"},
+                {"root", card.root},
+                {"parent", nullptr},
+                {"max_model_len", card.max_model_len},
+                {"permission", json::array()}};
+  return {{"object", "list"}, {"data", json::array({model})}};
+}
+
+ResponseBuilder::ResponseBuilder(ResponseOptions options, TokenBytesFn token_bytes,
+                                 std::vector<std::vector<std::int32_t>> prompts,
+                                 std::vector<std::string> echo_texts)
+    : options_(std::move(options)),
+      token_bytes_(std::move(token_bytes)),
+      prompts_(std::move(prompts)),
+      echo_texts_(std::move(echo_texts)) {
+  echo_texts_.resize(prompts_.size());
+  for (std::size_t p = 0; p < prompts_.size(); ++p) {
+    prompt_tokens_ += static_cast<int>(prompts_[p].size());
+    for (int i = 0; i < options_.n; ++i) {
+      Choice choice;
+      choice.prompt_index = static_cast<int>(p);
+      choice.text_offset = count_code_points(echo_texts_[p]);
+      choices_.push_back(std::move(choice));
+    }
+  }
+}
+
+int ResponseBuilder::completion_tokens() const {
+  int total = 0;
+  for (const Choice& c : choices_) total += c.num_generated;
+  return total;
+}
+
+json ResponseBuilder::usage() const {
+  const int completion = completion_tokens();
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt_tokens_ + completion}};
+}
+
+json ResponseBuilder::chunk_header() const {
+  const bool chat = options_.endpoint == Endpoint::chat;
+  return {{"id", options_.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", options_.created},
+          {"model", options_.model}};
+}
+
+// Completions: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}.
+// Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+json ResponseBuilder::logprobs_json(Choice& choice, const std::vector<TokenLogprobs>& logprobs) {
+  if (options_.endpoint == Endpoint::chat) {
+    json content = json::array();
+    for (const TokenLogprobs& l : logprobs) {
+      const std::string bytes = token_bytes_(l.token);
+      json top = json::array();
+      for (const TopLogprob& t : l.top) {
+        const std::string t_bytes = token_bytes_(t.token);
+        top.push_back({{"token", to_valid_utf8(t_bytes)},
+                       {"logprob", reported(t.logprob)},
+                       {"bytes", bytes_json(t_bytes)}});
+      }
+      content.push_back({{"token", to_valid_utf8(bytes)},
+                         {"logprob", reported(l.logprob)},
+                         {"bytes", bytes_json(bytes)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offset = json::array();
+  for (const TokenLogprobs& l : logprobs) {
+    const std::string text = to_valid_utf8(token_bytes_(l.token));
+    tokens.push_back(text);
+    token_logprobs.push_back(reported(l.logprob));
+    // A dict keyed by token text (as OpenAI and vLLM); the sampled token is
+    // always in it. The first (most likely) of equal texts wins.
+    json top = json::object();
+    for (const TopLogprob& t : l.top) {
+      const std::string key = to_valid_utf8(token_bytes_(t.token));
+      if (!top.contains(key)) top[key] = reported(t.logprob);
+    }
+    if (!l.top.empty() && !top.contains(text)) top[text] = reported(l.logprob);
+    top_logprobs.push_back(l.top.empty() ? json(nullptr) : std::move(top));
+    text_offset.push_back(choice.text_offset);
+    choice.text_offset += count_code_points(text);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+// Appends the arrays of `more` to those of `into` (same shape).
+void ResponseBuilder::append_logprobs(json& into, json&& more) const {
+  if (into.is_null()) {
+    into = std::move(more);
+    return;
+  }
+  for (auto& [key, values] : more.items()) {
+    for (json& v : values) into[key].push_back(std::move(v));
+  }
+}
+
+std::string ResponseBuilder::add(int index, GenerationDelta&& delta) {
+  VPOD_CHECK(index >= 0 && index < num_choices());
+  Choice& choice = choices_[index];
+  VPOD_CHECK_MSG(!choice.finished, "a delta after the final one");
+  choice.num_generated = delta.num_generated_tokens;
+  if (!choice.started && !echo_texts_[choice.prompt_index].empty()) {
+    delta.text.insert(0, echo_texts_[choice.prompt_index]);
+  }
+
+  std::string events;
+  if (options_.stream) {
+    events = stream_content(index, choice, delta);
+  } else {
+    choice.started = true;
+    choice.text += delta.text;
+    choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
+    if (options_.logprobs) append_logprobs(choice.logprobs, logprobs_json(choice, delta.logprobs));
+  }
+
+  if (delta.finished) {
+    choice.finished = true;
+    ++num_finished_;
+    choice.finish_reason = delta.finish_reason;
+    choice.stop_reason = stop_reason_json(delta);
+    if (delta.finish_reason == FinishReason::error) {
+      ApiError e = server_error("Generation failed: " + delta.error);
+      if (options_.stream) events += sse_event(error_json(e));
+      if (!error_) error_ = std::move(e);
+    } else if (options_.stream) {
+      events += stream_final(index, choice);
+    }
+  }
+  return events;
+}
+
+std::string ResponseBuilder::stream_content(int index, Choice& choice, GenerationDelta& delta) {
+  const bool has_tokens = !delta.token_ids.empty();
+  if (delta.text.empty() && !(has_tokens && (options_.logprobs || options_.return_token_ids))) {
+    return "";
+  }
+  json c = {{"index", index}};
+  json chunk = chunk_header();
+  if (options_.endpoint == Endpoint::chat) {
+    json d = json::object();
+    if (!choice.started) d["role"] = "assistant";
+    d["content"] = delta.text;
+    c["delta"] = std::move(d);
+    if (!choice.started && options_.return_token_ids) {
+      chunk["prompt_token_ids"] = prompts_[choice.prompt_index];
+    }
+  } else {
+    c["text"] = delta.text;
+    if (!choice.started && options_.return_token_ids) {
+      c["prompt_token_ids"] = prompts_[choice.prompt_index];
+    }
+  }
+  c["logprobs"] = options_.logprobs ? logprobs_json(choice, delta.logprobs) : json(nullptr);
+  c["finish_reason"] = nullptr;
+  if (options_.endpoint == Endpoint::completions) c["stop_reason"] = nullptr;
+  if (options_.return_token_ids) c["token_ids"] = delta.token_ids;
+  choice.started = true;
+  chunk["choices"] = json::array({std::move(c)});
+  return sse_event(chunk);
+}
+
+std::string ResponseBuilder::stream_final(int index, const Choice& choice) const {
+  json c = {{"index", index}};
+  json chunk = chunk_header();
+  if (options_.endpoint == Endpoint::chat) {
+    // A choice that produced no text still announces its role.
+    c["delta"] = choice.started ? json::object() : json{{"role", "assistant"}, {"content", ""}};
+  } else {
+    c["text"] = "";
+  }
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = finish_reason_json(choice.finish_reason);
+  c["stop_reason"] = choice.stop_reason;
+  chunk["choices"] = json::array({std::move(c)});
+  return sse_event(chunk);
+}
+
+std::string ResponseBuilder::stream_tail() const {
+  std::string tail;
+  if (options_.include_usage) {
+    json chunk = chunk_header();
+    chunk["choices"] = json::array();
+    chunk["usage"] = usage();
+    tail = sse_event(chunk);
+  }
+  tail += kSseDone;
+  return tail;
+}
+
+json ResponseBuilder::response() const {
+  VPOD_CHECK(all_finished() && !options_.stream);
+  const bool chat = options_.endpoint == Endpoint::chat;
+  json choices = json::array();
+  for (int i = 0; i < num_choices(); ++i) {
+    const Choice& choice = choices_[i];
+    json c = {{"index", i}};
+    if (chat) {
+      c["message"] = {{"role", "assistant"}, {"content", choice.text}};
+    } else {
+      c["text"] = choice.text;
+    }
+    c["logprobs"] =
+        options_.logprobs && choice.logprobs.is_null() ? empty_logprobs(chat) : choice.logprobs;
+    c["finish_reason"] = finish_reason_json(choice.finish_reason);
+    c["stop_reason"] = choice.stop_reason;
+    if (options_.return_token_ids) {
+      if (!chat) c["prompt_token_ids"] = prompts_[choice.prompt_index];
+      c["token_ids"] = choice.token_ids;
+    }
+    choices.push_back(std::move(c));
+  }
+  json body = {{"id", options_.id},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"created", options_.created},
+               {"model", options_.model},
+               {"choices", std::move(choices)},
+               {"usage", usage()}};
+  if (chat && options_.return_token_ids) body["prompt_token_ids"] = prompts_.front();
+  return body;
+}
+
+}  // namespace vpod::server

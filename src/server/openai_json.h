@@ -1,0 +1,110 @@
+// OpenAI response bodies: completions and chat completions, whole or as SSE
+// chunks, with their logprobs shapes, usage, and the models list.
+//
+// Streaming (per choice, interleaved across choices as deltas arrive):
+//   content chunks (chat: the first carries role "assistant" with the first text)
+//   -> a final chunk with an empty delta and finish_reason
+//   then, once every choice is done: a usage chunk with empty choices (when
+//   stream_options.include_usage) -> "data: [DONE]".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/backend.h"
+
+namespace vpod::server {
+
+enum class Endpoint { completions, chat };
+
+struct ResponseOptions {
+  Endpoint endpoint = Endpoint::completions;
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::int64_t created = 0;
+  std::string model;
+  int n = 1;  // choices per prompt; choice index = prompt index * n + i
+  bool stream = false;
+  bool include_usage = false;
+  bool return_token_ids = false;
+  bool logprobs = false;  // report logprobs (the engine was asked for them)
+};
+
+// The raw bytes a token stands for (ServingBackend::token_bytes).
+using TokenBytesFn = std::function<std::string(std::int32_t)>;
+
+// Accumulates one request's deltas into OpenAI JSON. In streaming mode add()
+// returns the SSE events to send; otherwise response() builds the body once
+// every choice has finished. Not thread-safe: one HTTP request's thread owns it.
+class ResponseBuilder {
+ public:
+  // `prompts`: each prompt's token ids; `echo_texts`: per prompt, the text to
+  // prepend to its choices (completions' echo), or empty.
+  ResponseBuilder(ResponseOptions options, TokenBytesFn token_bytes,
+                  std::vector<std::vector<std::int32_t>> prompts,
+                  std::vector<std::string> echo_texts = {});
+
+  int num_choices() const { return static_cast<int>(choices_.size()); }
+  // Streaming: the SSE events for this delta ("" when it carries nothing to send).
+  std::string add(int choice, GenerationDelta&& delta);
+  bool all_finished() const { return num_finished_ == num_choices(); }
+
+  // Streaming: the usage chunk (if asked for) and data: [DONE].
+  std::string stream_tail() const;
+  // Non-streaming body; requires all_finished() and no error.
+  nlohmann::json response() const;
+  // The first engine error a choice ended with (a 500 for non-streamed requests).
+  const std::optional<ApiError>& error() const { return error_; }
+
+  int prompt_tokens() const { return prompt_tokens_; }
+  int completion_tokens() const;
+
+ private:
+  struct Choice {
+    int prompt_index = 0;
+    bool started = false;  // a chunk was sent (chat: the role went out)
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::none;
+    nlohmann::json stop_reason;  // string, token id or null
+    int num_generated = 0;
+    std::size_t text_offset = 0;          // completions logprobs: code points so far
+    std::string text;                     // non-streaming only
+    std::vector<std::int32_t> token_ids;  // non-streaming only
+    nlohmann::json logprobs;              // non-streaming only; null until the first
+  };
+
+  nlohmann::json chunk_header() const;
+  nlohmann::json logprobs_json(Choice& choice, const std::vector<TokenLogprobs>& logprobs);
+  void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
+  std::string stream_content(int index, Choice& choice, GenerationDelta& delta);
+  std::string stream_final(int index, const Choice& choice) const;
+  nlohmann::json usage() const;
+
+  ResponseOptions options_;
+  TokenBytesFn token_bytes_;
+  std::vector<std::vector<std::int32_t>> prompts_;
+  std::vector<std::string> echo_texts_;
+  std::vector<Choice> choices_;
+  int num_finished_ = 0;
+  int prompt_tokens_ = 0;
+  std::optional<ApiError> error_;
+};
+
+// GET /v1/models
+nlohmann::json models_response(const ModelCard& card);
+
+// Compact JSON that never throws on invalid UTF-8 (it is replaced).
+std::string dump_json(const nlohmann::json& value);
+// "data: <json>\n\n"
+std::string sse_event(const nlohmann::json& value);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// Logprobs are finite in JSON: -inf (a masked token) is reported as this, as vLLM does.
+inline constexpr float kMinReportedLogprob = -9999.0f;
+
+}  // namespace vpod::server

@@ -1,0 +1,98 @@
+// Parsing and strict validation of the OpenAI request bodies (and vLLM's
+// extensions) into plain structs. Pure functions of the body and the limits:
+// no tokenizer, no engine. What needs the tokenizer (the prompt length
+// against --max-model-len, chat's default max_tokens) is checked later, in
+// the handler.
+//
+// Rules, as OpenAI and vLLM apply them:
+// - the body must be a JSON object (valid UTF-8, no lone surrogates);
+// - unknown fields are ignored; a known field with the wrong type or out of
+//   range is a 400 naming the field; `null` means "not given";
+// - known features vpod does not implement (tools, response_format other than
+//   text, logit_bias, suffix, best_of > n, ...) are a 400 saying so.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/backend.h"
+
+namespace vpod::server {
+
+struct RequestLimits {
+  int max_model_len = 0;   // max_tokens may not exceed it
+  int vocab_size = 0;      // token ids in [0, vocab_size)
+  int max_n = 128;         // choices per prompt
+  int max_logprobs = 20;   // top logprobs per token
+  int max_prompts = 1024;  // prompts in one completions request
+  // Nesting deeper than this is refused before it reaches the JSON parser
+  // (a 1 MB body of '[' would otherwise recurse deep into the DOM).
+  int max_json_depth = 64;
+};
+
+// The fields shared by both endpoints (besides the prompt).
+struct OutputOptions {
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // vLLM: prompt_token_ids and per-choice token_ids
+};
+
+struct Prompt {
+  bool is_token_ids = false;
+  std::string text;                     // when !is_token_ids
+  std::vector<std::int32_t> token_ids;  // when is_token_ids
+};
+
+struct CompletionRequest {
+  std::string model;  // "" when not given
+  std::vector<Prompt> prompts;
+  bool echo = false;
+  bool add_special_tokens = true;
+  // max_tokens defaults to 16 for completions; sampling.max_tokens holds it.
+  SamplingOptions sampling;
+  OutputOptions output;
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  ChatTemplateOptions chat_template;
+  bool add_special_tokens = false;  // the template already has BOS
+  bool echo = false;                // vLLM: prepend the last message's content
+  // Unset: as many as fit in --max-model-len after the prompt.
+  std::optional<int> max_tokens;
+  SamplingOptions sampling;  // sampling.max_tokens is filled by the handler
+  OutputOptions output;
+};
+
+// POST /tokenize: a prompt, or messages rendered through the chat template.
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;
+  std::vector<ChatMessage> messages;
+  ChatTemplateOptions chat_template;
+  bool add_special_tokens = true;  // default true for a prompt, false for messages
+  bool return_token_strs = false;
+};
+
+// POST /detokenize
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<std::int32_t> tokens;
+};
+
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
+                                                      const RequestLimits& limits);
+ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits);
+ApiResult<TokenizeRequest> parse_tokenize_request(std::string_view body,
+                                                  const RequestLimits& limits);
+ApiResult<DetokenizeRequest> parse_detokenize_request(std::string_view body,
+                                                      const RequestLimits& limits);
+
+}  // namespace vpod::server

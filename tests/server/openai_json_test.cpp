@@ -1,0 +1,328 @@
+#include "server/openai_json.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/metrics.h"
+
+namespace vpod::server {
+namespace {
+
+using nlohmann::json;
+
+// Token t stands for the bytes "<t>", except 7 and 8 which are the two
+// halves of "é" (0xC3 0xA9), as byte-level tokenizers split characters.
+std::string token_bytes(std::int32_t t) {
+  if (t == 7) return "\xc3";
+  if (t == 8) return "\xa9";
+  return "<" + std::to_string(t) + ">";
+}
+
+GenerationDelta delta(std::vector<std::int32_t> ids, std::string text, int generated,
+                      bool with_logprobs = false) {
+  GenerationDelta d;
+  d.token_ids = ids;
+  d.text = std::move(text);
+  if (with_logprobs) {
+    for (std::int32_t id : ids) {
+      d.logprobs.push_back({id, -0.5f, {{id, -0.5f}, {id + 1, -1.5f}}});
+    }
+  }
+  d.num_prompt_tokens = 3;
+  d.num_generated_tokens = generated;
+  return d;
+}
+
+GenerationDelta finish(GenerationDelta d, FinishReason reason) {
+  d.finished = true;
+  d.finish_reason = reason;
+  return d;
+}
+
+// Splits an SSE stream into its data payloads.
+std::vector<std::string> sse_payloads(const std::string& stream) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < stream.size()) {
+    const std::size_t end = stream.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "unterminated event";
+    if (end == std::string::npos) break;
+    const std::string event = stream.substr(pos, end - pos);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+ResponseOptions options(Endpoint endpoint, bool stream) {
+  ResponseOptions o;
+  o.endpoint = endpoint;
+  o.id = endpoint == Endpoint::chat ? "chatcmpl-1" : "cmpl-1";
+  o.created = 1700000000;
+  o.model = "tiny";
+  o.stream = stream;
+  return o;
+}
+
+TEST(ResponseBuilder, CompletionNonStreamedTwoChoices) {
+  ResponseOptions o = options(Endpoint::completions, false);
+  o.n = 2;
+  o.return_token_ids = true;
+  o.logprobs = true;
+  ResponseBuilder b(o, token_bytes, {{1, 2, 3}});
+  ASSERT_EQ(b.num_choices(), 2);
+  EXPECT_EQ(b.add(1, delta({10}, "A", 1, true)), "");
+  b.add(0, delta({20, 21}, "xy", 2, true));
+  GenerationDelta stop = finish(delta({22}, "z", 3, true), FinishReason::stop);
+  stop.stop_string = "STOP";
+  b.add(0, std::move(stop));
+  EXPECT_FALSE(b.all_finished());
+  b.add(1, finish(delta({}, "", 1), FinishReason::length));
+  ASSERT_TRUE(b.all_finished());
+
+  const json r = b.response();
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["id"], "cmpl-1");
+  EXPECT_EQ(r["model"], "tiny");
+  ASSERT_EQ(r["choices"].size(), 2u);
+  const json& c0 = r["choices"][0];
+  EXPECT_EQ(c0["index"], 0);
+  EXPECT_EQ(c0["text"], "xyz");
+  EXPECT_EQ(c0["finish_reason"], "stop");
+  EXPECT_EQ(c0["stop_reason"], "STOP");
+  EXPECT_EQ(c0["token_ids"], json({20, 21, 22}));
+  EXPECT_EQ(c0["prompt_token_ids"], json({1, 2, 3}));
+  EXPECT_EQ(c0["logprobs"]["tokens"], json({"<20>", "<21>", "<22>"}));
+  EXPECT_EQ(c0["logprobs"]["token_logprobs"], json({-0.5, -0.5, -0.5}));
+  EXPECT_EQ(c0["logprobs"]["text_offset"], json({0, 4, 8}));
+  EXPECT_EQ(c0["logprobs"]["top_logprobs"][1], json({{"<21>", -0.5}, {"<22>", -1.5}}));
+  EXPECT_EQ(r["choices"][1]["text"], "A");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  EXPECT_TRUE(r["choices"][1]["stop_reason"].is_null());
+  EXPECT_EQ(r["usage"],
+            json({{"prompt_tokens", 3}, {"completion_tokens", 4}, {"total_tokens", 7}}));
+}
+
+TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
+  ResponseOptions o = options(Endpoint::chat, true);
+  o.include_usage = true;
+  ResponseBuilder b(o, token_bytes, {{1, 2, 3, 4}});
+  std::string stream;
+  // A delta whose text is held back (e.g. a possible stop string) sends nothing.
+  EXPECT_EQ(b.add(0, delta({5}, "", 1)), "");
+  stream += b.add(0, delta({6}, "Hel", 2));
+  stream += b.add(0, delta({7}, "lo", 3));
+  stream += b.add(0, finish(delta({}, "", 3), FinishReason::stop));
+  ASSERT_TRUE(b.all_finished());
+  stream += b.stream_tail();
+
+  const std::vector<std::string> payloads = sse_payloads(stream);
+  ASSERT_EQ(payloads.size(), 5u);
+  const json first = json::parse(payloads[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json({{"role", "assistant"}, {"content", "Hel"}}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(first.contains("usage"));
+  const json second = json::parse(payloads[1]);
+  EXPECT_EQ(second["choices"][0]["delta"], json({{"content", "lo"}}));
+  const json final_chunk = json::parse(payloads[2]);
+  EXPECT_EQ(final_chunk["choices"][0]["delta"], json::object());
+  EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
+  const json usage = json::parse(payloads[3]);
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"],
+            json({{"prompt_tokens", 4}, {"completion_tokens", 3}, {"total_tokens", 7}}));
+  EXPECT_EQ(payloads[4], "[DONE]");
+}
+
+TEST(ResponseBuilder, ChatStreamWithoutTextStillSendsRole) {
+  ResponseBuilder b(options(Endpoint::chat, true), token_bytes, {{1}});
+  std::string stream = b.add(0, finish(delta({2}, "", 1), FinishReason::length));
+  stream += b.stream_tail();
+  const std::vector<std::string> payloads = sse_payloads(stream);
+  ASSERT_EQ(payloads.size(), 2u);  // no usage chunk unless asked
+  const json final_chunk = json::parse(payloads[0]);
+  EXPECT_EQ(final_chunk["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(payloads[1], "[DONE]");
+}
+
+TEST(ResponseBuilder, ChatLogprobsShapeWithPartialCharacters) {
+  ResponseOptions o = options(Endpoint::chat, false);
+  o.logprobs = true;
+  ResponseBuilder b(o, token_bytes, {{1}});
+  GenerationDelta d = delta({7, 8}, "\xc3\xa9", 2);
+  d.logprobs.push_back({7, -0.25f, {{7, -0.25f}}});
+  d.logprobs.push_back({8, -std::numeric_limits<float>::infinity(), {}});
+  b.add(0, finish(std::move(d), FinishReason::stop));
+  const json r = b.response();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"], json({{"role", "assistant"}, {"content", "\xc3\xa9"}}));
+  const json& content = r["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  // Half a character: the token text is U+FFFD, the bytes are the raw byte.
+  EXPECT_EQ(content[0]["token"], "\xef\xbf\xbd");
+  EXPECT_EQ(content[0]["bytes"], json({0xC3}));
+  EXPECT_EQ(content[0]["logprob"], -0.25);
+  EXPECT_EQ(content[0]["top_logprobs"][0],
+            json({{"token", "\xef\xbf\xbd"}, {"logprob", -0.25}, {"bytes", {0xC3}}}));
+  EXPECT_EQ(content[1]["bytes"], json({0xA9}));
+  EXPECT_EQ(content[1]["logprob"], kMinReportedLogprob);  // -inf is not JSON
+  EXPECT_EQ(content[1]["top_logprobs"], json::array());
+}
+
+TEST(ResponseBuilder, CompletionStreamEchoTokenIdsAndOffsets) {
+  ResponseOptions o = options(Endpoint::completions, true);
+  o.return_token_ids = true;
+  o.logprobs = true;
+  ResponseBuilder b(o, token_bytes, {{1, 2}}, {"Say:"});
+  std::string stream = b.add(0, delta({5}, "<5>", 1, true));
+  stream += b.add(0, finish(delta({6}, "<6>", 2, true), FinishReason::length));
+  stream += b.stream_tail();
+  const std::vector<std::string> payloads = sse_payloads(stream);
+  ASSERT_EQ(payloads.size(), 4u);
+  const json c0 = json::parse(payloads[0])["choices"][0];
+  EXPECT_EQ(c0["text"], "Say:<5>");
+  EXPECT_EQ(c0["prompt_token_ids"], json({1, 2}));
+  EXPECT_EQ(c0["token_ids"], json({5}));
+  EXPECT_EQ(c0["logprobs"]["text_offset"], json({4}));  // after the echoed prompt
+  const json c1 = json::parse(payloads[1])["choices"][0];
+  EXPECT_FALSE(c1.contains("prompt_token_ids"));
+  EXPECT_EQ(c1["text"], "<6>");
+  EXPECT_EQ(c1["logprobs"]["text_offset"], json({7}));
+  const json final_chunk = json::parse(payloads[2]);
+  EXPECT_EQ(final_chunk["object"], "text_completion");
+  EXPECT_EQ(final_chunk["choices"][0]["text"], "");
+  EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(payloads[3], "[DONE]");
+}
+
+TEST(ResponseBuilder, EngineErrorBecomesErrorEventOr500) {
+  ResponseBuilder streamed(options(Endpoint::completions, true), token_bytes, {{1}});
+  GenerationDelta d = finish(delta({}, "", 0), FinishReason::error);
+  d.error = "device lost";
+  std::string stream = streamed.add(0, GenerationDelta(d));
+  stream += streamed.stream_tail();
+  const std::vector<std::string> payloads = sse_payloads(stream);
+  ASSERT_EQ(payloads.size(), 2u);
+  const json e = json::parse(payloads[0]);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("device lost"), std::string::npos);
+  EXPECT_EQ(payloads[1], "[DONE]");
+
+  ResponseBuilder whole(options(Endpoint::chat, false), token_bytes, {{1}});
+  whole.add(0, std::move(d));
+  ASSERT_TRUE(whole.error().has_value());
+  EXPECT_EQ(whole.error()->http_status, 500);
+}
+
+TEST(ResponseBuilder, ChatReturnTokenIds) {
+  ResponseOptions o = options(Endpoint::chat, false);
+  o.return_token_ids = true;
+  ResponseBuilder b(o, token_bytes, {{4, 5}});
+  b.add(0, finish(delta({9}, "<9>", 1), FinishReason::stop));
+  const json r = b.response();
+  EXPECT_EQ(r["prompt_token_ids"], json({4, 5}));
+  EXPECT_EQ(r["choices"][0]["token_ids"], json({9}));
+}
+
+TEST(ModelsResponse, Shape) {
+  ModelCard card{"tiny", "/models/tiny", 1700000000, 2048, 1000};
+  const json r = models_response(card);
+  EXPECT_EQ(r["object"], "list");
+  const json& m = r["data"][0];
+  EXPECT_EQ(m["id"], "tiny");
+  EXPECT_EQ(m["object"], "model");
+  EXPECT_EQ(m["created"], 1700000000);
+  EXPECT_EQ(m["owned_by"], "vpod");
+  EXPECT_EQ(m["root"], "/models/tiny");
+  EXPECT_EQ(m["max_model_len"], 2048);
+}
+
+TEST(ErrorBody, Shape) {
+  const json e = json::parse(error_body(bad_request("bad \xff value", "max_tokens")));
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["param"], "max_tokens");
+  EXPECT_TRUE(e["error"]["code"].is_null());
+  EXPECT_EQ(e["error"]["message"], "bad \xef\xbf\xbd value");
+  EXPECT_EQ(unauthorized().http_status, 401);
+  EXPECT_EQ(model_not_found("x").http_status, 404);
+  EXPECT_EQ(payload_too_large(10).http_status, 413);
+  EXPECT_EQ(service_unavailable("draining").http_status, 503);
+  EXPECT_EQ(from_status(invalid_argument("x")).http_status, 400);
+  EXPECT_EQ(from_status(unavailable("x")).http_status, 503);
+  EXPECT_EQ(from_status(vpod::internal_error("x")).http_status, 500);
+  EXPECT_EQ(server_error("x").http_status, 500);
+}
+
+// Parses Prometheus text: every sample line is `name{labels} value`.
+std::map<std::string, double> parse_prometheus(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    const std::string key = line.substr(0, space);
+    EXPECT_NE(key.find("{model_name=\"tiny\""), std::string::npos) << line;
+    samples[key] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+TEST(Metrics, RendersPrometheusText) {
+  ServerMetrics m;
+  m.add_prompt_tokens(10);
+  m.add_generation_tokens(5);
+  m.observe_sequence(0.003, 0.5, 5, FinishReason::stop);
+  m.observe_sequence(20.0, 30.0, 1, FinishReason::length);
+  m.count_http_response(200);
+  m.count_http_response(400);
+  EngineStats engine{3, 2, 0.25, 7};
+  const std::string text = m.render("tiny", engine);
+  for (const char* name :
+       {"vpod_num_requests_running", "vpod_num_requests_waiting", "vpod_kv_cache_usage_ratio",
+        "vpod_prompt_tokens_total", "vpod_generation_tokens_total", "vpod_num_preemptions_total",
+        "vpod_time_to_first_token_seconds", "vpod_time_per_output_token_seconds",
+        "vpod_e2e_request_latency_seconds"}) {
+    EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+  }
+  const auto s = parse_prometheus(text);
+  const std::string l = "{model_name=\"tiny\"";
+  EXPECT_EQ(s.at("vpod_num_requests_running" + l + "}"), 3);
+  EXPECT_EQ(s.at("vpod_num_requests_waiting" + l + "}"), 2);
+  EXPECT_EQ(s.at("vpod_kv_cache_usage_ratio" + l + "}"), 0.25);
+  EXPECT_EQ(s.at("vpod_num_preemptions_total" + l + "}"), 7);
+  EXPECT_EQ(s.at("vpod_prompt_tokens_total" + l + "}"), 10);
+  EXPECT_EQ(s.at("vpod_generation_tokens_total" + l + "}"), 5);
+  EXPECT_EQ(s.at("vpod_request_success_total" + l + ",finished_reason=\"stop\"}"), 1);
+  EXPECT_EQ(s.at("vpod_http_responses_total" + l + ",status=\"400\"}"), 1);
+  // TTFT: 0.003 lands in le=0.005 (not le=0.001); 20.0 in le=20.
+  const std::string ttft = "vpod_time_to_first_token_seconds";
+  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"0.001\"}"), 0);
+  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"0.005\"}"), 1);
+  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"20\"}"), 2);
+  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"+Inf\"}"), 2);
+  EXPECT_EQ(s.at(ttft + "_count" + l + "}"), 2);
+  EXPECT_DOUBLE_EQ(s.at(ttft + "_sum" + l + "}"), 20.003);
+  // TPOT only for sequences with 2+ tokens: (0.5 - 0.003) / 4.
+  EXPECT_EQ(s.at("vpod_time_per_output_token_seconds_count" + l + "}"), 1);
+  EXPECT_DOUBLE_EQ(s.at("vpod_time_per_output_token_seconds_sum" + l + "}"), 0.497 / 4);
+  EXPECT_EQ(s.at("vpod_e2e_request_latency_seconds_count" + l + "}"), 2);
+}
+
+TEST(Metrics, LabelEscaping) {
+  ServerMetrics m;
+  const std::string text = m.render("a\"b\\c\nd", EngineStats{});
+  EXPECT_NE(text.find("model_name=\"a\\\"b\\\\c\\nd\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vpod::server

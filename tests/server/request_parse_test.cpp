@@ -1,0 +1,471 @@
+#include "server/request_parse.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "server/utf8.h"
+
+namespace vpod::server {
+namespace {
+
+using nlohmann::json;
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.max_model_len = 2048;
+  l.vocab_size = 1000;
+  return l;
+}
+
+ApiResult<CompletionRequest> completion(const json& body) {
+  return parse_completion_request(body.dump(), limits());
+}
+ApiResult<ChatRequest> chat(const json& body) { return parse_chat_request(body.dump(), limits()); }
+
+// Expects a 400 naming `param` (when given).
+template <typename T>
+void expect_bad(const ApiResult<T>& r, const std::string& param = "", int status = 400) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().http_status, status) << r.error().message;
+  EXPECT_FALSE(r.error().message.empty());
+  EXPECT_EQ(r.error().type, "invalid_request_error");
+  if (!param.empty()) {
+    EXPECT_EQ(r.error().param, param) << r.error().message;
+  }
+}
+
+TEST(CompletionParse, AllFields) {
+  auto r = completion({{"model", "m"},
+                       {"prompt", "hello"},
+                       {"max_tokens", 32},
+                       {"temperature", 0.5},
+                       {"top_p", 0.9},
+                       {"n", 2},
+                       {"stop", {"a", "bc"}},
+                       {"seed", -3},
+                       {"echo", true},
+                       {"presence_penalty", 1.5},
+                       {"frequency_penalty", -0.5},
+                       {"stream", true},
+                       {"stream_options", {{"include_usage", true}}},
+                       {"top_k", 40},
+                       {"min_p", 0.05},
+                       {"repetition_penalty", 1.1},
+                       {"min_tokens", 4},
+                       {"stop_token_ids", {5, 7}},
+                       {"ignore_eos", true},
+                       {"skip_special_tokens", false},
+                       {"include_stop_str_in_output", true},
+                       {"return_token_ids", true},
+                       {"user", "someone"},
+                       {"an_unknown_field", {{"is", "ignored"}}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const CompletionRequest& c = r.value();
+  EXPECT_EQ(c.model, "m");
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_EQ(c.prompts[0].text, "hello");
+  EXPECT_FALSE(c.prompts[0].is_token_ids);
+  EXPECT_EQ(c.sampling.max_tokens, 32);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling.top_p, 0.9f);
+  EXPECT_EQ(c.output.n, 2);
+  EXPECT_EQ(c.sampling.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(c.sampling.seed, static_cast<std::uint64_t>(-3));
+  EXPECT_TRUE(c.echo);
+  EXPECT_FLOAT_EQ(c.sampling.presence_penalty, 1.5f);
+  EXPECT_FLOAT_EQ(c.sampling.frequency_penalty, -0.5f);
+  EXPECT_TRUE(c.output.stream);
+  EXPECT_TRUE(c.output.include_usage);
+  EXPECT_EQ(c.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(c.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(c.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(c.sampling.min_tokens, 4);
+  EXPECT_EQ(c.sampling.stop_token_ids, (std::vector<std::int32_t>{5, 7}));
+  EXPECT_TRUE(c.sampling.ignore_eos);
+  EXPECT_FALSE(c.sampling.skip_special_tokens);
+  EXPECT_TRUE(c.sampling.include_stop_str_in_output);
+  EXPECT_TRUE(c.output.return_token_ids);
+  EXPECT_FALSE(c.sampling.logprobs.has_value());
+}
+
+TEST(CompletionParse, Defaults) {
+  auto r = completion({{"prompt", "x"}});
+  ASSERT_TRUE(r.ok());
+  const CompletionRequest& c = r.value();
+  EXPECT_EQ(c.model, "");
+  EXPECT_EQ(c.sampling.max_tokens, 16);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(c.sampling.top_p, 1.0f);
+  EXPECT_EQ(c.sampling.top_k, 0);
+  EXPECT_EQ(c.output.n, 1);
+  EXPECT_FALSE(c.output.stream);
+  EXPECT_FALSE(c.sampling.seed.has_value());
+  EXPECT_TRUE(c.sampling.skip_special_tokens);
+  EXPECT_TRUE(c.add_special_tokens);
+}
+
+TEST(CompletionParse, NullMeansNotGiven) {
+  auto r = completion({{"prompt", "x"},
+                       {"max_tokens", nullptr},
+                       {"temperature", nullptr},
+                       {"stop", nullptr},
+                       {"seed", nullptr},
+                       {"logprobs", nullptr},
+                       {"stream_options", nullptr}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->sampling.max_tokens, 16);
+  EXPECT_FALSE(r->sampling.logprobs.has_value());
+}
+
+TEST(CompletionParse, PromptForms) {
+  auto one = completion({{"prompt", {1, 2, 3}}});
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->prompts.size(), 1u);
+  EXPECT_TRUE(one->prompts[0].is_token_ids);
+  EXPECT_EQ(one->prompts[0].token_ids, (std::vector<std::int32_t>{1, 2, 3}));
+
+  auto strings = completion({{"prompt", {"a", "b"}}});
+  ASSERT_TRUE(strings.ok());
+  ASSERT_EQ(strings->prompts.size(), 2u);
+  EXPECT_EQ(strings->prompts[1].text, "b");
+
+  auto lists = completion({{"prompt", {{1, 2}, {3}}}});
+  ASSERT_TRUE(lists.ok());
+  ASSERT_EQ(lists->prompts.size(), 2u);
+  EXPECT_EQ(lists->prompts[1].token_ids, (std::vector<std::int32_t>{3}));
+}
+
+TEST(CompletionParse, EmptyPrompts) {
+  expect_bad(completion({{"prompt", ""}}), "prompt");
+  expect_bad(completion({{"prompt", json::array()}}), "prompt");
+  expect_bad(completion({{"prompt", {""}}}), "prompt");
+  expect_bad(completion({{"prompt", {json::array()}}}), "prompt");
+  expect_bad(completion({{"prompt", nullptr}}), "prompt");
+  expect_bad(completion({{"model", "m"}}), "prompt");
+}
+
+TEST(CompletionParse, WrongTypes) {
+  expect_bad(completion({{"prompt", 5}}), "prompt");
+  expect_bad(completion({{"prompt", {"a", 1}}}), "prompt");
+  expect_bad(completion({{"prompt", {1, "a"}}}), "prompt");
+  expect_bad(completion({{"prompt", {1.5}}}), "prompt");
+  expect_bad(completion({{"prompt", {{1}, "a"}}}), "prompt");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", "16"}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 16.5}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", true}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"temperature", "hot"}}), "temperature");
+  expect_bad(completion({{"prompt", "x"}, {"stream", 1}}), "stream");
+  expect_bad(completion({{"prompt", "x"}, {"echo", "yes"}}), "echo");
+  expect_bad(completion({{"prompt", "x"}, {"stop", 3}}), "stop");
+  expect_bad(completion({{"prompt", "x"}, {"stop", {"a", 3}}}), "stop");
+  expect_bad(completion({{"prompt", "x"}, {"seed", 1.5}}), "seed");
+  expect_bad(completion({{"prompt", "x"}, {"logprobs", true}}), "logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"model", 3}}), "model");
+  expect_bad(completion({{"prompt", "x"}, {"stop_token_ids", 3}}), "stop_token_ids");
+  expect_bad(completion({{"prompt", "x"}, {"stream", true}, {"stream_options", "yes"}}),
+             "stream_options");
+  expect_bad(completion({{"prompt", "x"}, {"user", 5}}), "user");
+}
+
+TEST(CompletionParse, OutOfRange) {
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 0}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", -1}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 2049}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 18446744073709551615ull}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"temperature", -0.1}}), "temperature");
+  expect_bad(completion({{"prompt", "x"}, {"temperature", 2.5}}), "temperature");
+  expect_bad(completion({{"prompt", "x"}, {"top_p", 0}}), "top_p");
+  expect_bad(completion({{"prompt", "x"}, {"top_p", 1.01}}), "top_p");
+  expect_bad(completion({{"prompt", "x"}, {"top_k", -2}}), "top_k");
+  expect_bad(completion({{"prompt", "x"}, {"min_p", 1.5}}), "min_p");
+  expect_bad(completion({{"prompt", "x"}, {"repetition_penalty", 0}}), "repetition_penalty");
+  expect_bad(completion({{"prompt", "x"}, {"presence_penalty", 2.1}}), "presence_penalty");
+  expect_bad(completion({{"prompt", "x"}, {"frequency_penalty", -3}}), "frequency_penalty");
+  expect_bad(completion({{"prompt", "x"}, {"n", 0}}), "n");
+  expect_bad(completion({{"prompt", "x"}, {"n", 129}}), "n");
+  expect_bad(completion({{"prompt", "x"}, {"logprobs", 21}}), "logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"logprobs", -1}}), "logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"min_tokens", 17}}), "min_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 4}, {"min_tokens", 5}}), "min_tokens");
+  expect_bad(completion({{"prompt", {1, 1000}}}), "prompt");
+  expect_bad(completion({{"prompt", {-1}}}), "prompt");
+  expect_bad(completion({{"prompt", "x"}, {"stop_token_ids", {1000}}}), "stop_token_ids");
+  expect_bad(completion({{"prompt", "x"}, {"stop", {""}}}), "stop");
+  // 1e400 does not fit a double: a plain 400.
+  expect_bad(parse_completion_request(R"({"prompt":"x","temperature":1e400})", limits()));
+  // A batch too large for one request (9 prompts x 128 choices).
+  expect_bad(completion({{"prompt", json::array({"a", "b", "c", "d", "e", "f", "g", "h", "i"})},
+                         {"n", 128}}),
+             "n");
+  // top_k -1 means off, as in vLLM.
+  auto off = completion({{"prompt", "x"}, {"top_k", -1}});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->sampling.top_k, 0);
+}
+
+TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
+  auto check = [](const json& extra, const std::string& param) {
+    json body = {{"prompt", "x"}};
+    body.update(extra);
+    auto r = completion(body);
+    expect_bad(r, param);
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find("not supported"), std::string::npos);
+    }
+  };
+  check({{"response_format", {{"type", "json_object"}}}}, "response_format");
+  check({{"logit_bias", {{"5", 10}}}}, "logit_bias");
+  check({{"suffix", "end"}}, "suffix");
+  check({{"best_of", 3}}, "best_of");
+  check({{"echo", true}, {"logprobs", 2}}, "echo");
+  check({{"guided_json", {{"type", "object"}}}}, "guided_json");
+  check({{"use_beam_search", true}}, "use_beam_search");
+  // The "off" values of those fields pass.
+  EXPECT_TRUE(completion({{"prompt", "x"},
+                          {"response_format", {{"type", "text"}}},
+                          {"logit_bias", json::object()},
+                          {"best_of", 1},
+                          {"use_beam_search", false},
+                          {"suffix", ""}})
+                  .ok());
+}
+
+TEST(CompletionParse, StreamOptionsNeedStream) {
+  expect_bad(completion({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}),
+             "stream_options");
+}
+
+TEST(CompletionParse, MalformedBodies) {
+  const RequestLimits l = limits();
+  for (std::string body :
+       {"", "{", "{\"prompt\": }", "[1, 2]", "\"prompt\"", "null", "42",
+        "{\"prompt\": \"x\"} trailing", "{'prompt': 'x'}", "{\"prompt\": \"x\",}"}) {
+    auto r = parse_completion_request(body, l);
+    expect_bad(r);
+  }
+}
+
+TEST(CompletionParse, InvalidUtf8) {
+  const RequestLimits l = limits();
+  expect_bad(parse_completion_request("{\"prompt\": \"a\xff\"}", l));
+  expect_bad(parse_completion_request("{\"prompt\": \"\xc0\xaf\"}", l));      // overlong
+  expect_bad(parse_completion_request("{\"prompt\": \"\xed\xa0\x80\"}", l));  // surrogate
+  expect_bad(parse_completion_request(R"({"prompt": "\ud800"})", l));         // lone escape
+  expect_bad(parse_completion_request("{\"prompt\": \"\xe2\x82\"}", l));      // truncated
+  auto ok = parse_completion_request("{\"prompt\": \"caf\xc3\xa9 \xf0\x9f\x98\x80\"}", l);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->prompts[0].text, "caf\xc3\xa9 \xf0\x9f\x98\x80");
+}
+
+TEST(CompletionParse, DeepNestingRefused) {
+  std::string deep =
+      "{\"prompt\": \"x\", \"extra\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expect_bad(parse_completion_request(deep, limits()));
+  // Brackets inside strings do not count.
+  std::string quoted = "{\"prompt\": \"" + std::string(1000, '[') + "\"}";
+  EXPECT_TRUE(parse_completion_request(quoted, limits()).ok());
+}
+
+TEST(ChatParse, MessagesAndFields) {
+  auto r = chat(
+      {{"model", "m"},
+       {"messages",
+        {{{"role", "system"}, {"content", "be brief"}},
+         {{"role", "user"},
+          {"content",
+           {{{"type", "text"}, {"text", "part one"}}, {{"type", "text"}, {"text", "part two"}}}},
+          {"name", "ann"}},
+         {{"role", "assistant"}, {"content", nullptr}},
+         {{"role", "user"}, {"content", "go"}}}},
+       {"max_tokens", 10},
+       {"max_completion_tokens", 20},
+       {"logprobs", true},
+       {"top_logprobs", 3},
+       {"add_generation_prompt", true},
+       {"tool_choice", "none"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const ChatRequest& c = r.value();
+  ASSERT_EQ(c.messages.size(), 4u);
+  EXPECT_EQ(c.messages[0].role, "system");
+  EXPECT_EQ(c.messages[1].content, "part one\npart two");
+  EXPECT_EQ(c.messages[1].name, "ann");
+  EXPECT_EQ(c.messages[2].content, "");
+  EXPECT_EQ(c.max_tokens, 20);  // max_completion_tokens wins
+  EXPECT_EQ(c.sampling.logprobs, 3);
+  EXPECT_FALSE(c.add_special_tokens);
+  EXPECT_TRUE(c.chat_template.add_generation_prompt);
+
+  auto plain = chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"logprobs", true}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->sampling.logprobs, 0);
+  EXPECT_FALSE(plain->max_tokens.has_value());
+}
+
+TEST(ChatParse, Errors) {
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  expect_bad(chat({{"model", "m"}}), "messages");
+  expect_bad(chat({{"messages", json::array()}}), "messages");
+  expect_bad(chat({{"messages", "hi"}}), "messages");
+  expect_bad(chat({{"messages", {"hi"}}}), "messages");
+  expect_bad(chat({{"messages", {{{"content", "hi"}}}}}), "messages");
+  expect_bad(chat({{"messages", {{{"role", "wizard"}, {"content", "hi"}}}}}), "messages");
+  expect_bad(chat({{"messages", {{{"role", "user"}}}}}), "messages");
+  expect_bad(chat({{"messages", {{{"role", "user"}, {"content", 5}}}}}), "messages");
+  expect_bad(chat({{"messages",
+                    {{{"role", "user"},
+                      {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}}}}}),
+             "messages");
+  expect_bad(chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}}}}}}}}),
+             "messages");
+  expect_bad(chat({{"messages", {user}}, {"top_logprobs", 2}}), "top_logprobs");
+  expect_bad(chat({{"messages", {user}}, {"logprobs", true}, {"top_logprobs", 21}}),
+             "top_logprobs");
+  expect_bad(chat({{"messages", {user}}, {"max_completion_tokens", 0}}), "max_completion_tokens");
+  expect_bad(chat({{"messages", {user}}, {"logprobs", 1}}), "logprobs");
+  expect_bad(chat({{"messages", {user}},
+                   {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}),
+             "tools");
+  expect_bad(chat({{"messages", {user}}, {"tool_choice", "auto"}}), "tool_choice");
+  expect_bad(chat({{"messages", {user}}, {"response_format", {{"type", "json_schema"}}}}),
+             "response_format");
+  expect_bad(chat({{"messages", {user}}, {"continue_final_message", true}}),
+             "continue_final_message");
+  expect_bad(chat({{"messages", {user}}, {"chat_template", "{{ x }}"}}), "chat_template");
+  // Unknown fields are ignored.
+  EXPECT_TRUE(chat({{"messages", {user}}, {"frobnicate", {1, 2, 3}}}).ok());
+}
+
+TEST(TokenizeParse, PromptAndMessages) {
+  auto p = parse_tokenize_request(R"({"prompt": "hello"})", limits());
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->is_chat);
+  EXPECT_TRUE(p->add_special_tokens);
+  auto m = parse_tokenize_request(
+      R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false,
+          "return_token_strs": true})",
+      limits());
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_TRUE(m->is_chat);
+  EXPECT_FALSE(m->add_special_tokens);
+  EXPECT_FALSE(m->chat_template.add_generation_prompt);
+  EXPECT_TRUE(m->return_token_strs);
+  expect_bad(parse_tokenize_request("{}", limits()));
+  expect_bad(parse_tokenize_request(R"({"prompt": "a", "messages": []})", limits()));
+  expect_bad(parse_tokenize_request(R"({"prompt": 5})", limits()), "prompt");
+
+  auto d = parse_detokenize_request(R"({"tokens": [1, 2, 999]})", limits());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<std::int32_t>{1, 2, 999}));
+  expect_bad(parse_detokenize_request(R"({"tokens": [1000]})", limits()), "tokens");
+  expect_bad(parse_detokenize_request(R"({"tokens": "abc"})", limits()), "tokens");
+  expect_bad(parse_detokenize_request(R"({})", limits()), "tokens");
+}
+
+TEST(Utf8, ValidityAndReplacement) {
+  EXPECT_TRUE(is_valid_utf8(""));
+  EXPECT_TRUE(is_valid_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+  EXPECT_FALSE(is_valid_utf8("\x80"));
+  EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(is_valid_utf8("\xe0\x80\xaf"));      // overlong
+  // Python: b"a\xf0\x9f\x98b\xff".decode(errors="replace") == "a\ufffdb\ufffd"
+  EXPECT_EQ(to_valid_utf8("a\xf0\x9f\x98"
+                          "b\xff"),
+            "a\xef\xbf\xbd"
+            "b\xef\xbf\xbd");
+  // Python: b"\xed\xa0\x80".decode(errors="replace") == "\ufffd\ufffd\ufffd"
+  EXPECT_EQ(to_valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(count_code_points("a\xc3\xa9\xf0\x9f\x98\x80"), 3u);
+}
+
+// Random bodies, built and mutated: parsing never crashes and every failure
+// is a 400 with a message; every success honours the limits.
+TEST(RequestParseFuzz, RandomBodiesGiveValidErrors) {
+  std::mt19937_64 rng(1234);
+  const RequestLimits l = limits();
+  const std::vector<std::string> keys = {"prompt",         "messages",
+                                         "max_tokens",     "temperature",
+                                         "top_p",          "n",
+                                         "stop",           "seed",
+                                         "echo",           "logprobs",
+                                         "top_logprobs",   "stream",
+                                         "stream_options", "top_k",
+                                         "min_p",          "repetition_penalty",
+                                         "min_tokens",     "stop_token_ids",
+                                         "ignore_eos",     "response_format",
+                                         "tools",          "max_completion_tokens",
+                                         "model",          "role",
+                                         "content",        "type",
+                                         "text",           "tokens"};
+  std::function<json(int)> random_value = [&](int depth) -> json {
+    switch (rng() % (depth > 3 ? 7 : 9)) {
+      case 0: return nullptr;
+      case 1: return (rng() % 2) == 0;
+      case 2: return static_cast<std::int64_t>(rng() % 4000) - 1000;
+      case 3: return std::uniform_real_distribution<double>(-5, 5)(rng);
+      case 4: {
+        static const char* pieces[] = {"a", "b", "\xc3\xa9", " ", "\xf0\x9f\x98\x80"};
+        std::string s;
+        for (int i = 0, k = rng() % 4; i < k; ++i) s += pieces[rng() % 5];
+        return s;
+      }
+      case 5: return keys[rng() % keys.size()];
+      case 6: return static_cast<std::uint64_t>(rng());
+      case 7: {
+        json a = json::array();
+        for (int i = 0, k = rng() % 4; i < k; ++i) a.push_back(random_value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (int i = 0, k = rng() % 5; i < k; ++i) {
+          o[keys[rng() % keys.size()]] = random_value(depth + 1);
+        }
+        return o;
+      }
+    }
+  };
+  int accepted = 0;
+  for (int iter = 0; iter < 5000; ++iter) {
+    json body = json::object();
+    if (rng() % 2) body["prompt"] = random_value(1);
+    if (rng() % 2) body["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+    for (int i = 0, k = rng() % 6; i < k; ++i) body[keys[rng() % keys.size()]] = random_value(1);
+    std::string text = body.dump();
+    // Byte-level mutations: flips, cuts, insertions of JSON punctuation.
+    for (int m = 0, k = rng() % 3; m < k && !text.empty(); ++m) {
+      const std::size_t pos = rng() % text.size();
+      switch (rng() % 3) {
+        case 0: text[pos] = static_cast<char>(rng() % 256); break;
+        case 1: text.resize(pos); break;
+        default: text.insert(pos, 1, "{}[],:\"\\"[rng() % 8]); break;
+      }
+    }
+    auto check = [&](const auto& r) {
+      if (r.ok()) {
+        ++accepted;
+        return;
+      }
+      EXPECT_EQ(r.error().http_status, 400);
+      EXPECT_FALSE(r.error().message.empty());
+      const json e = json::parse(error_body(r.error()));
+      EXPECT_TRUE(e["error"]["message"].is_string());
+    };
+    auto c = parse_completion_request(text, l);
+    check(c);
+    if (c.ok()) {
+      EXPECT_GE(c->sampling.max_tokens, 1);
+      EXPECT_LE(c->sampling.max_tokens, l.max_model_len);
+      EXPECT_FALSE(c->prompts.empty());
+    }
+    check(parse_chat_request(text, l));
+    check(parse_tokenize_request(text, l));
+    check(parse_detokenize_request(text, l));
+  }
+  EXPECT_GT(accepted, 100);  // the generator also makes valid bodies
+}
+
+}  // namespace
+}  // namespace vpod::server
