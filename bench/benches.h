@@ -5,4 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
-namespace vpod::bench {}  // namespace vpod::bench
+namespace vpod::bench {
+
+void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
+
+}  // namespace vpod::bench

@@ -8,6 +8,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: validate, then time and report");
   bench->require_subcommand(1);
   // One line per benchmark: bench::add_<name>_bench(*bench);
+  bench::add_tokenizer_bench(*bench);
 }
 
 }  // namespace vpod::cli

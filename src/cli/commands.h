@@ -8,6 +8,7 @@
 namespace vpod::cli {
 
 void add_info_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   });
 
   vpod::cli::add_info_command(app);
+  vpod::cli::add_tokenize_command(app);
   vpod::cli::add_bench_command(app);
   vpod::cli::add_make_model_command(app);
 

@@ -1,0 +1,11 @@
+# tokenizer/: tokenizer.json is read with simdjson, pre-tokenizer regexes run
+# on PCRE2 (UTF, UCP, JIT), Unicode normalization comes from utf8proc.
+find_package(simdjson REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+target_link_libraries(${module} PRIVATE simdjson::simdjson PkgConfig::PCRE2 PkgConfig::UTF8PROC)
+# Tests find the shared fixtures (CI clones beside ../shared) and their data.
+target_compile_definitions(${module} INTERFACE
+  VPOD_FIXTURES_DIR="${CMAKE_SOURCE_DIR}/../shared/fixtures"
+  VPOD_TOKENIZER_TEST_DATA_DIR="${CMAKE_SOURCE_DIR}/tests/tokenizer/data")
