@@ -1,0 +1,101 @@
+#include "engine/kv_store_capacity.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace vpod::engine {
+
+KvGeometry vattn_geometry(kvcache::KvCache& cache) {
+  KvGeometry g;
+  // One unit = one depth step: a page in each of the cache's regions.
+  g.total_units = cache.stats().pages_total / cache.num_regions();
+  g.lookahead_tokens = cache.config().lookahead_tokens;
+  g.units_for_tokens = [&cache](std::int64_t tokens) { return cache.pages_for_tokens(tokens); };
+  if (cache.config().reclaim == kvcache::ReclaimPolicy::deferred)
+    g.held_units = [&cache](int slot) { return cache.slot_depth(slot); };
+  if (cache.config().growth == kvcache::GrowthMode::background &&
+      cache.config().lookahead_tokens > 0)
+    g.before_acquire = [&cache] { cache.drain(); };
+  return g;
+}
+
+KvGeometry paged_geometry(const kvcache::PagedKvCache& cache) {
+  KvGeometry g;
+  g.total_units = cache.num_blocks();
+  const std::int64_t block = cache.config().block_size;
+  g.units_for_tokens = [block](std::int64_t tokens) { return (tokens + block - 1) / block; };
+  return g;
+}
+
+KvStoreCapacity::KvStoreCapacity(kvcache::KvStore& store, KvGeometry geometry,
+                                 cudaStream_t last_reader)
+    : store_(store),
+      geometry_(std::move(geometry)),
+      last_reader_(last_reader),
+      slot_units_(store.max_slots(), -1) {
+  VPOD_CHECK(geometry_.total_units > 0 && geometry_.units_for_tokens);
+  targets_.reserve(store.max_slots());
+}
+
+std::int64_t KvStoreCapacity::promise_units(std::int64_t tokens) const {
+  const std::int64_t mapped =
+      std::min<std::int64_t>(store_.max_ctx(), tokens + geometry_.lookahead_tokens);
+  return geometry_.units_for_tokens(mapped);
+}
+
+bool KvStoreCapacity::can_allocate(int num_tokens) const {
+  if (num_tokens > store_.max_ctx() || store_.num_free_slots() == 0) return false;
+  std::int64_t need = promise_units(num_tokens);
+  if (geometry_.held_units) {
+    // acquire() may pick any free slot; assume the one holding the most.
+    for (int s = 0; s < static_cast<int>(slot_units_.size()); ++s)
+      if (slot_units_[s] < 0) need = std::max(need, geometry_.held_units(s));
+  }
+  return used_units_ + need <= geometry_.total_units;
+}
+
+int KvStoreCapacity::allocate(int num_tokens) {
+  if (geometry_.before_acquire) geometry_.before_acquire();
+  Result<int> slot = store_.acquire(num_tokens);
+  VPOD_CHECK_MSG(slot.ok(), "KV acquire after can_allocate: " + slot.status().to_string());
+  VPOD_CHECK(slot_units_[*slot] < 0);
+  std::int64_t units = promise_units(num_tokens);
+  if (geometry_.held_units) units = std::max(units, geometry_.held_units(*slot));
+  slot_units_[*slot] = units;
+  used_units_ += units;
+  return *slot;
+}
+
+bool KvStoreCapacity::grow(int slot, int num_tokens) {
+  VPOD_CHECK(slot >= 0 && slot < static_cast<int>(slot_units_.size()) && slot_units_[slot] >= 0);
+  if (num_tokens > store_.max_ctx()) return false;
+  const std::int64_t extra = promise_units(num_tokens) - slot_units_[slot];
+  if (extra <= 0) return true;
+  if (used_units_ + extra > geometry_.total_units) return false;
+  slot_units_[slot] += extra;
+  used_units_ += extra;
+  return true;
+}
+
+void KvStoreCapacity::free(int slot) {
+  VPOD_CHECK(slot >= 0 && slot < static_cast<int>(slot_units_.size()) && slot_units_[slot] >= 0);
+  const Status status = store_.release(slot, last_reader_);
+  VPOD_CHECK_MSG(status.ok(), "KV release: " + status.to_string());
+  used_units_ -= slot_units_[slot];
+  slot_units_[slot] = -1;
+}
+
+Status KvStoreCapacity::prepare(const HybridBatch& batch) {
+  targets_.clear();
+  for (const auto* seqs : {&batch.prefills, &batch.decodes})
+    for (const BatchSequence& s : *seqs) targets_.push_back({s.slot, s.context_len()});
+  VPOD_ASSIGN_OR_RETURN(kvcache::PrepareTicket ticket, store_.prepare(targets_));
+  return store_.wait(ticket);
+}
+
+double KvStoreCapacity::usage() const {
+  return static_cast<double>(used_units_) / static_cast<double>(geometry_.total_units);
+}
+
+}  // namespace vpod::engine
