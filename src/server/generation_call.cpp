@@ -1,0 +1,103 @@
+#include "server/generation_call.h"
+
+namespace vpod::server {
+namespace {
+
+// SplitMix64's finalizer: a bijection that scatters nearby inputs.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+double seconds_between(GenerationCall::Clock::time_point a, GenerationCall::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+std::uint64_t choice_seed(std::uint64_t seed, int index) {
+  if (index == 0) return seed;
+  return mix64(seed + 0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(index));
+}
+
+ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(ServingBackend& backend,
+                                                                 std::vector<GenerationSpec> specs,
+                                                                 ServerMetrics& metrics) {
+  auto wakeup = std::make_shared<Wakeup>();
+  std::unique_ptr<GenerationCall> call(new GenerationCall(metrics, wakeup));
+  call->sequences_.reserve(specs.size());
+  for (GenerationSpec& spec : specs) {
+    const std::size_t prompt_tokens = spec.prompt_token_ids.size();
+    // The engine thread calls this; the Wakeup outlives the call if needed.
+    auto wake = [wakeup] {
+      {
+        std::lock_guard lock(wakeup->mutex);
+        ++wakeup->version;
+      }
+      wakeup->cv.notify_all();
+    };
+    auto stream = backend.submit(std::move(spec), std::move(wake));
+    if (!stream.ok()) return from_status(stream.status());  // ~GenerationCall aborts the rest
+    metrics.add_prompt_tokens(prompt_tokens);
+    Sequence s;
+    s.stream = std::move(stream).value();
+    s.submitted = Clock::now();
+    call->sequences_.push_back(std::move(s));
+  }
+  return call;
+}
+
+GenerationCall::~GenerationCall() {
+  for (Sequence& s : sequences_) {
+    if (!s.finished) s.stream->abort();
+  }
+}
+
+int GenerationCall::poll(const Sink& sink) {
+  int handed = 0;
+  for (int i = 0; i < size(); ++i) {
+    Sequence& s = sequences_[i];
+    if (s.finished || !s.stream->try_pop(scratch_)) continue;
+    const Clock::time_point now = Clock::now();
+    if (!s.first_token && scratch_.num_generated_tokens > 0) s.first_token = now;
+    metrics_.add_generation_tokens(
+        static_cast<std::uint64_t>(std::max(0, scratch_.num_generated_tokens - s.num_generated)));
+    s.num_generated = scratch_.num_generated_tokens;
+    if (scratch_.finished) {
+      s.finished = true;
+      ++num_finished_;
+      record_finish(s, scratch_);
+    }
+    sink(i, std::move(scratch_));
+    scratch_ = GenerationDelta();
+    ++handed;
+  }
+  return handed;
+}
+
+void GenerationCall::record_finish(Sequence& s, const GenerationDelta& last) {
+  const Clock::time_point now = Clock::now();
+  const double e2e = seconds_between(s.submitted, now);
+  const double ttft = s.first_token ? seconds_between(s.submitted, *s.first_token) : e2e;
+  metrics_.observe_sequence(ttft, e2e, last.num_generated_tokens, last.finish_reason);
+}
+
+void GenerationCall::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(wakeup_->mutex);
+  wakeup_->cv.wait_for(lock, timeout, [&] { return wakeup_->version != seen_version_; });
+  seen_version_ = wakeup_->version;
+}
+
+void GenerationCall::abort() {
+  if (aborted_) return;
+  aborted_ = true;
+  for (Sequence& s : sequences_) {
+    if (!s.finished) s.stream->abort();
+  }
+}
+
+}  // namespace vpod::server
