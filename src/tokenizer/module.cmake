@@ -9,3 +9,11 @@ target_link_libraries(${module} PRIVATE simdjson::simdjson PkgConfig::PCRE2 PkgC
 target_compile_definitions(${module} INTERFACE
   VPOD_FIXTURES_DIR="${CMAKE_SOURCE_DIR}/../shared/fixtures"
   VPOD_TOKENIZER_TEST_DATA_DIR="${CMAKE_SOURCE_DIR}/tests/tokenizer/data")
+# `vpod tokenize` against Hugging Face tokenizers, live: fixtures, tokenizers
+# trained on the spot and every feature variant. Exit 77 (skipped) when the
+# Python package is missing; CI installs tools/requirements-test.txt.
+add_test(NAME tokenizer.live_vs_hf_tokenizers
+  COMMAND python3 ${CMAKE_SOURCE_DIR}/tools/tokenizer/compare_live.py --vpod $<TARGET_FILE:vpod>
+          --fixtures ${CMAKE_SOURCE_DIR}/../shared/fixtures/tokenizers)
+set_tests_properties(tokenizer.live_vs_hf_tokenizers PROPERTIES
+  LABELS tokenizer SKIP_RETURN_CODE 77 TIMEOUT 900)
