@@ -1,25 +1,33 @@
 // What the HTTP server needs from the rest of vpod, as one narrow interface:
 // the model's card, tokenization and chat templates, and generation as a
-// stream of deltas that can be aborted. `EngineBackend` (engine_backend.h)
-// implements it over the engine and the tokenizer; the server's own tests use
-// a deterministic double, so the HTTP layer is tested without a model.
+// stream of engine deltas that can be aborted. EngineBackend
+// (engine_backend.h) implements it over the engine, the model and the
+// tokenizer; the server's own tests use a deterministic double, so the HTTP
+// layer is tested without a model.
+//
+// Requests and outputs are the engine's own types (engine::RequestSpec,
+// engine::RequestOutput); the server only fans a request out into sequences
+// and formats what comes back.
 //
 // Threading: every method may be called from any HTTP worker thread at once.
-// A GenerationStream is used by one thread (its HTTP request's), but its
-// `wake` callback is invoked on the engine thread.
+// A GenerationStream is used by one thread (its HTTP request's); its `wake`
+// callback runs on the engine thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "engine/metrics.h"
+#include "engine/output_stream.h"
+#include "engine/request.h"
 
 namespace vpod::server {
 
@@ -32,68 +40,11 @@ struct ModelCard {
   int vocab_size = 0;        // token ids must lie in [0, vocab_size)
 };
 
-// Sampling and stop rules of one sequence, already validated.
-struct SamplingOptions {
-  float temperature = 1.0f;  // 0: greedy
-  float top_p = 1.0f;
-  int top_k = 0;  // 0 or -1: off
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  std::optional<std::uint64_t> seed;
-  int max_tokens = 16;
-  int min_tokens = 0;
-  std::vector<std::string> stop;
-  std::vector<std::int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  bool skip_special_tokens = true;
-  bool include_stop_str_in_output = false;
-  // Unset: no logprobs; 0: the sampled token's only; N: plus the top N.
-  std::optional<int> logprobs;
-};
-
-// One sequence to generate: a tokenized prompt and its options.
-struct GenerationSpec {
-  std::vector<std::int32_t> prompt_token_ids;
-  SamplingOptions sampling;
-};
-
-enum class FinishReason { none, stop, length, abort, error };
-// OpenAI's strings: "stop", "length", "abort", "error"; "" for none.
-std::string_view finish_reason_name(FinishReason reason);
-
-struct TopLogprob {
-  std::int32_t token = 0;
-  float logprob = 0.0f;
-};
-
-struct TokenLogprobs {
-  std::int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<TopLogprob> top;  // most likely first
-};
-
-// Everything a sequence produced since the previous pop.
-struct GenerationDelta {
-  std::vector<std::int32_t> token_ids;
-  // Final text: never a broken UTF-8 sequence, stop strings already cut.
-  // Because stop strings may be held back, text need not line up with tokens.
-  std::string text;
-  std::vector<TokenLogprobs> logprobs;  // parallel to token_ids when requested
-
-  bool finished = false;
-  FinishReason finish_reason = FinishReason::none;
-  std::string stop_string;                 // the stop string that ended it, if any
-  std::optional<std::int32_t> stop_token;  // the stop token (not EOS) that ended it, if any
-  std::string error;                       // the reason when finish_reason == error
-
-  // Running totals, valid in every delta.
-  int num_prompt_tokens = 0;
-  int num_generated_tokens = 0;
-
-  // Appends a later delta of the same sequence.
-  void merge(GenerationDelta&& next);
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  // vLLM's chat_template_kwargs (enable_thinking, ...): more template variables.
+  nlohmann::ordered_json extra_vars = nlohmann::ordered_json::object();
 };
 
 class GenerationStream {
@@ -101,29 +52,10 @@ class GenerationStream {
   virtual ~GenerationStream() = default;
   // Moves everything produced since the last call into `out` (replacing its
   // contents); false when nothing new is there. Never blocks.
-  virtual bool try_pop(GenerationDelta& out) = 0;
+  virtual bool try_pop(engine::RequestOutput& out) = 0;
   // Cancels the sequence (idempotent). Its resources are freed at the next
   // engine step; the stream then ends with finish_reason abort.
   virtual void abort() = 0;
-};
-
-// Engine-wide numbers for /metrics that only the engine knows.
-struct EngineStats {
-  int num_running = 0;
-  int num_waiting = 0;
-  double kv_cache_usage = 0.0;  // [0, 1]
-  std::uint64_t num_preemptions = 0;
-};
-
-struct ChatMessage {
-  std::string role;  // system, user, assistant, tool, developer
-  std::string content;
-  std::string name;  // optional participant name; "" when absent
-};
-
-struct ChatTemplateOptions {
-  bool add_generation_prompt = true;
-  bool continue_final_message = false;
 };
 
 class ServingBackend {
@@ -141,17 +73,20 @@ class ServingBackend {
   // The raw bytes one token stands for (may be part of a UTF-8 character);
   // what logprobs report as the token.
   virtual std::string token_bytes(std::int32_t token) const = 0;
-  // Renders the model's chat template; an error when it has none or the
-  // template rejects the conversation.
-  virtual Result<std::string> apply_chat_template(std::span<const ChatMessage> messages,
+  // Renders the model's chat template over validated OpenAI messages
+  // ({"role", "content": string or text parts, "name"?}); an error when the
+  // model has none or the template rejects the conversation.
+  virtual Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages,
                                                   const ChatTemplateOptions& options) const = 0;
 
   // Queues one sequence. `wake` runs on the engine thread whenever the stream
   // has something new; it must be quick and must not call into the backend.
-  virtual Result<std::unique_ptr<GenerationStream>> submit(GenerationSpec spec,
+  virtual Result<std::unique_ptr<GenerationStream>> submit(engine::RequestSpec spec,
                                                            std::function<void()> wake) = 0;
 
-  virtual EngineStats stats() const = 0;
+  // The engine's metrics (running/waiting requests, KV usage, token and
+  // preemption counters, latency histograms) for /metrics.
+  virtual engine::MetricsSnapshot metrics() const = 0;
 };
 
 }  // namespace vpod::server

@@ -13,10 +13,6 @@ std::uint64_t mix64(std::uint64_t x) {
   return x;
 }
 
-double seconds_between(GenerationCall::Clock::time_point a, GenerationCall::Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 }  // namespace
 
 std::uint64_t choice_seed(std::uint64_t seed, int index) {
@@ -24,14 +20,12 @@ std::uint64_t choice_seed(std::uint64_t seed, int index) {
   return mix64(seed + 0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(index));
 }
 
-ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(ServingBackend& backend,
-                                                                 std::vector<GenerationSpec> specs,
-                                                                 ServerMetrics& metrics) {
+ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(
+    ServingBackend& backend, std::vector<engine::RequestSpec> specs) {
   auto wakeup = std::make_shared<Wakeup>();
-  std::unique_ptr<GenerationCall> call(new GenerationCall(metrics, wakeup));
+  std::unique_ptr<GenerationCall> call(new GenerationCall(wakeup));
   call->sequences_.reserve(specs.size());
-  for (GenerationSpec& spec : specs) {
-    const std::size_t prompt_tokens = spec.prompt_token_ids.size();
+  for (engine::RequestSpec& spec : specs) {
     // The engine thread calls this; the Wakeup outlives the call if needed.
     auto wake = [wakeup] {
       {
@@ -42,11 +36,7 @@ ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(ServingBackend&
     };
     auto stream = backend.submit(std::move(spec), std::move(wake));
     if (!stream.ok()) return from_status(stream.status());  // ~GenerationCall aborts the rest
-    metrics.add_prompt_tokens(prompt_tokens);
-    Sequence s;
-    s.stream = std::move(stream).value();
-    s.submitted = Clock::now();
-    call->sequences_.push_back(std::move(s));
+    call->sequences_.push_back({std::move(stream).value(), false});
   }
   return call;
 }
@@ -62,28 +52,14 @@ int GenerationCall::poll(const Sink& sink) {
   for (int i = 0; i < size(); ++i) {
     Sequence& s = sequences_[i];
     if (s.finished || !s.stream->try_pop(scratch_)) continue;
-    const Clock::time_point now = Clock::now();
-    if (!s.first_token && scratch_.num_generated_tokens > 0) s.first_token = now;
-    metrics_.add_generation_tokens(
-        static_cast<std::uint64_t>(std::max(0, scratch_.num_generated_tokens - s.num_generated)));
-    s.num_generated = scratch_.num_generated_tokens;
     if (scratch_.finished) {
       s.finished = true;
       ++num_finished_;
-      record_finish(s, scratch_);
     }
-    sink(i, std::move(scratch_));
-    scratch_ = GenerationDelta();
+    sink(i, scratch_);
     ++handed;
   }
   return handed;
-}
-
-void GenerationCall::record_finish(Sequence& s, const GenerationDelta& last) {
-  const Clock::time_point now = Clock::now();
-  const double e2e = seconds_between(s.submitted, now);
-  const double ttft = s.first_token ? seconds_between(s.submitted, *s.first_token) : e2e;
-  metrics_.observe_sequence(ttft, e2e, last.num_generated_tokens, last.finish_reason);
 }
 
 void GenerationCall::wait(std::chrono::milliseconds timeout) {

@@ -1,7 +1,5 @@
 // One HTTP request's sequences in the engine: n choices for each prompt,
-// submitted together, drained together, aborted together. It also records
-// each sequence's timeline into the server's metrics (time to first token,
-// time per output token, end-to-end latency, token counts).
+// submitted together, drained together, aborted together.
 //
 // Threading: owned and used by the HTTP worker thread serving the request;
 // the engine thread only calls the wake callback, which bumps a counter under
@@ -18,7 +16,6 @@
 
 #include "server/api_error.h"
 #include "server/backend.h"
-#include "server/metrics.h"
 
 namespace vpod::server {
 
@@ -29,14 +26,11 @@ std::uint64_t choice_seed(std::uint64_t seed, int index);
 
 class GenerationCall {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // Submits every spec. On a failure, what was submitted is aborted and the
   // backend's status comes back as an error (400, or 503 when the engine is
   // out of room).
   static ApiResult<std::unique_ptr<GenerationCall>> start(ServingBackend& backend,
-                                                          std::vector<GenerationSpec> specs,
-                                                          ServerMetrics& metrics);
+                                                          std::vector<engine::RequestSpec> specs);
   // Aborts the sequences that have not finished.
   ~GenerationCall();
   GenerationCall(const GenerationCall&) = delete;
@@ -47,7 +41,7 @@ class GenerationCall {
 
   // Hands every pending delta to `sink(sequence index, delta)`; returns how
   // many were handed. Never blocks.
-  using Sink = std::function<void(int, GenerationDelta&&)>;
+  using Sink = std::function<void(int, engine::RequestOutput&)>;
   int poll(const Sink& sink);
   // Blocks until a sequence has something new or `timeout` passes.
   void wait(std::chrono::milliseconds timeout);
@@ -63,23 +57,17 @@ class GenerationCall {
   };
   struct Sequence {
     std::unique_ptr<GenerationStream> stream;
-    Clock::time_point submitted;
-    std::optional<Clock::time_point> first_token;
-    int num_generated = 0;
     bool finished = false;
   };
 
-  GenerationCall(ServerMetrics& metrics, std::shared_ptr<Wakeup> wakeup)
-      : metrics_(metrics), wakeup_(std::move(wakeup)) {}
-  void record_finish(Sequence& s, const GenerationDelta& last);
+  explicit GenerationCall(std::shared_ptr<Wakeup> wakeup) : wakeup_(std::move(wakeup)) {}
 
-  ServerMetrics& metrics_;
   std::shared_ptr<Wakeup> wakeup_;
   std::uint64_t seen_version_ = 0;
   std::vector<Sequence> sequences_;
   int num_finished_ = 0;
   bool aborted_ = false;
-  GenerationDelta scratch_;  // reused by poll()
+  engine::RequestOutput scratch_;  // reused by poll(): its buffers are recycled
 };
 
 }  // namespace vpod::server

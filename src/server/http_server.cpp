@@ -150,7 +150,8 @@ class HttpServer::Impl {
   // Submits the sequences and answers: a JSON body, or an SSE stream.
   void generate(const httplib::Request& req, httplib::Response& res, ServingBackend& backend,
                 std::unique_ptr<Scope> scope, ResponseOptions options,
-                const SamplingOptions& sampling, std::vector<std::vector<std::int32_t>> prompts,
+                const engine::SamplingParams& sampling, const engine::StopParams& stop,
+                std::vector<std::vector<std::int32_t>> prompts,
                 std::vector<std::string> echo_texts);
   // Checks between waits: shutdown aborts, and so does a client that left.
   // Returns true when the client has gone.
@@ -203,9 +204,10 @@ void HttpServer::Impl::install_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     ServingBackend* b = backend.load();
-    const EngineStats stats = b != nullptr ? b->stats() : EngineStats{};
-    const std::string name = b != nullptr ? b->model().id : "";
-    res.set_content(metrics.render(name, stats), "text/plain; version=0.0.4; charset=utf-8");
+    // Before the model is attached: the engine's metrics at zero.
+    const engine::MetricsSnapshot snapshot =
+        b != nullptr ? b->metrics() : engine::EngineMetrics().snapshot();
+    res.set_content(render_metrics(snapshot, metrics), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
     reply_json(res, 200, {{"version", build_info::version}});
@@ -290,12 +292,12 @@ void HttpServer::Impl::completions(const httplib::Request& req, httplib::Respons
       ids = std::move(tokens).value();
       if (ids.empty()) return reply_error(res, bad_request("'prompt' has no tokens", "prompt"));
     }
-    if (auto e = check_context(ids.size(), r.sampling.max_tokens, card.max_model_len, "prompt")) {
+    if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "prompt")) {
       return reply_error(res, *e);
     }
     if (r.echo) {
       if (p.is_token_ids) {
-        auto text = backend.detokenize(ids, r.sampling.skip_special_tokens);
+        auto text = backend.detokenize(ids, r.stop.skip_special_tokens);
         if (!text.ok()) return reply_error(res, from_status(text.status(), "prompt"));
         echo_texts.push_back(std::move(text).value());
       } else {
@@ -311,8 +313,8 @@ void HttpServer::Impl::completions(const httplib::Request& req, httplib::Respons
   options.stream = r.output.stream;
   options.include_usage = r.output.include_usage;
   options.return_token_ids = r.output.return_token_ids;
-  generate(req, res, backend, std::move(scope), std::move(options), r.sampling, std::move(prompts),
-           std::move(echo_texts));
+  generate(req, res, backend, std::move(scope), std::move(options), r.sampling, r.stop,
+           std::move(prompts), std::move(echo_texts));
 }
 
 void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Response& res,
@@ -331,14 +333,14 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   if (ids.empty()) return reply_error(res, bad_request("'messages' have no tokens", "messages"));
   // Unset max_tokens: whatever the context has room for.
   const int room = card.max_model_len - static_cast<int>(ids.size());
-  r.sampling.max_tokens = r.max_tokens.value_or(std::max(room, 1));
-  if (auto e = check_context(ids.size(), r.sampling.max_tokens, card.max_model_len, "messages")) {
+  r.stop.max_tokens = r.max_tokens.value_or(std::max(room, 1));
+  if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages")) {
     return reply_error(res, *e);
   }
-  if (r.sampling.min_tokens > r.sampling.max_tokens) {
+  if (r.stop.min_tokens > r.stop.max_tokens) {
     return reply_error(res, bad_request(fmt::format("'min_tokens' ({}) must not exceed the {} "
                                                     "tokens left in the context",
-                                                    r.sampling.min_tokens, r.sampling.max_tokens),
+                                                    r.stop.min_tokens, r.stop.max_tokens),
                                         "min_tokens"));
   }
   ResponseOptions options;
@@ -350,30 +352,32 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   options.return_token_ids = r.output.return_token_ids;
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids));
-  generate(req, res, backend, std::move(scope), std::move(options), r.sampling, std::move(prompts),
-           {});
+  generate(req, res, backend, std::move(scope), std::move(options), r.sampling, r.stop,
+           std::move(prompts), {});
 }
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res,
                                 ServingBackend& backend, std::unique_ptr<Scope> scope,
-                                ResponseOptions options, const SamplingOptions& sampling,
+                                ResponseOptions options, const engine::SamplingParams& sampling,
+                                const engine::StopParams& stop,
                                 std::vector<std::vector<std::int32_t>> prompts,
                                 std::vector<std::string> echo_texts) {
-  std::vector<GenerationSpec> specs;
+  std::vector<engine::RequestSpec> specs;
   specs.reserve(prompts.size() * options.n);
   for (const auto& prompt : prompts) {
     for (int i = 0; i < options.n; ++i) {
-      GenerationSpec spec{prompt, sampling};
+      engine::RequestSpec spec{prompt, sampling, stop};
       if (sampling.seed) spec.sampling.seed = choice_seed(*sampling.seed, i);
       specs.push_back(std::move(spec));
     }
   }
-  auto call = GenerationCall::start(backend, std::move(specs), metrics);
+  auto call = GenerationCall::start(backend, std::move(specs));
   if (!call.ok()) return reply_error(res, call.error());
 
   options.created = static_cast<std::int64_t>(std::time(nullptr));
   options.model = backend.model().id;
   options.logprobs = sampling.logprobs.has_value();
+  options.stop_token_ids = stop.stop_token_ids;
   auto builder = std::make_unique<ResponseBuilder>(
       options, [&backend](std::int32_t t) { return backend.token_bytes(t); }, std::move(prompts),
       std::move(echo_texts));
@@ -382,7 +386,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
 
   if (!options.stream) {
     GenerationCall& c = *call.value();
-    const auto sink = [&](int i, GenerationDelta&& d) { builder->add(i, std::move(d)); };
+    const auto sink = [&](int i, engine::RequestOutput& d) { builder->add(i, d); };
     for (;;) {
       c.poll(sink);
       if (c.finished()) break;
@@ -430,7 +434,7 @@ bool HttpServer::Impl::check_abort(GenerationCall& call, int fd) const {
 void HttpServer::Impl::drain_after_abort(GenerationCall& call) {
   const auto deadline = Clock::now() + kAbortGrace;
   while (!call.finished() && Clock::now() < deadline) {
-    call.poll([](int, GenerationDelta&&) {});
+    call.poll([](int, engine::RequestOutput&) {});
     if (!call.finished()) call.wait(HttpServer::kPollInterval);
   }
 }
@@ -440,7 +444,7 @@ void HttpServer::Impl::drain_after_abort(GenerationCall& call) {
 bool HttpServer::Impl::pump(Stream& s, httplib::DataSink& sink) {
   for (;;) {
     std::string out;
-    s.call->poll([&](int i, GenerationDelta&& d) { out += s.builder->add(i, std::move(d)); });
+    s.call->poll([&](int i, engine::RequestOutput& d) { out += s.builder->add(i, d); });
     if (s.call->finished()) {
       out += s.builder->stream_tail();
       if (!sink.write(out.data(), out.size())) return false;

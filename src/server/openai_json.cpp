@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "server/utf8.h"
 
@@ -20,10 +21,9 @@ json bytes_json(std::string_view bytes) {
   return out;
 }
 
-json stop_reason_json(const GenerationDelta& delta) {
-  if (!delta.stop_string.empty()) return delta.stop_string;
-  if (delta.stop_token) return *delta.stop_token;
-  return nullptr;
+std::span<const engine::TokenLogprob> top_of(const engine::SampledToken& t) {
+  return {t.top.data(),
+          static_cast<std::size_t>(std::clamp(t.num_top, 0, engine::kMaxTopLogprobs))};
 }
 
 json empty_logprobs(bool chat) {
@@ -34,38 +34,12 @@ json empty_logprobs(bool chat) {
           {"text_offset", json::array()}};
 }
 
-json finish_reason_json(FinishReason reason) {
-  if (reason == FinishReason::none) return nullptr;
-  return std::string(finish_reason_name(reason));
+json finish_reason_json(engine::FinishReason reason) {
+  if (reason == engine::FinishReason::none) return nullptr;
+  return std::string(engine::finish_reason_name(reason));
 }
 
 }  // namespace
-
-std::string_view finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::none: return "";
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::abort: return "abort";
-    case FinishReason::error: return "error";
-  }
-  return "";
-}
-
-void GenerationDelta::merge(GenerationDelta&& next) {
-  token_ids.insert(token_ids.end(), next.token_ids.begin(), next.token_ids.end());
-  text += next.text;
-  for (TokenLogprobs& l : next.logprobs) logprobs.push_back(std::move(l));
-  if (next.finished) {
-    finished = true;
-    finish_reason = next.finish_reason;
-    stop_string = std::move(next.stop_string);
-    stop_token = next.stop_token;
-    error = std::move(next.error);
-  }
-  num_prompt_tokens = next.num_prompt_tokens;
-  num_generated_tokens = next.num_generated_tokens;
-}
 
 std::string dump_json(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -127,13 +101,23 @@ json ResponseBuilder::chunk_header() const {
 
 // Completions: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}.
 // Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
-json ResponseBuilder::logprobs_json(Choice& choice, const std::vector<TokenLogprobs>& logprobs) {
+json ResponseBuilder::stop_reason_json(const engine::RequestOutput& delta) const {
+  if (!delta.stop_string.empty()) return delta.stop_string;
+  const auto& ids = options_.stop_token_ids;
+  if (delta.stop_token && std::find(ids.begin(), ids.end(), *delta.stop_token) != ids.end()) {
+    return *delta.stop_token;
+  }
+  return nullptr;
+}
+
+json ResponseBuilder::logprobs_json(Choice& choice,
+                                    const std::vector<engine::SampledToken>& logprobs) {
   if (options_.endpoint == Endpoint::chat) {
     json content = json::array();
-    for (const TokenLogprobs& l : logprobs) {
+    for (const engine::SampledToken& l : logprobs) {
       const std::string bytes = token_bytes_(l.token);
       json top = json::array();
-      for (const TopLogprob& t : l.top) {
+      for (const engine::TokenLogprob& t : top_of(l)) {
         const std::string t_bytes = token_bytes_(t.token);
         top.push_back({{"token", to_valid_utf8(t_bytes)},
                        {"logprob", reported(t.logprob)},
@@ -148,19 +132,19 @@ json ResponseBuilder::logprobs_json(Choice& choice, const std::vector<TokenLogpr
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
-  for (const TokenLogprobs& l : logprobs) {
+  for (const engine::SampledToken& l : logprobs) {
     const std::string text = to_valid_utf8(token_bytes_(l.token));
     tokens.push_back(text);
     token_logprobs.push_back(reported(l.logprob));
     // A dict keyed by token text (as OpenAI and vLLM); the sampled token is
     // always in it. The first (most likely) of equal texts wins.
     json top = json::object();
-    for (const TopLogprob& t : l.top) {
+    for (const engine::TokenLogprob& t : top_of(l)) {
       const std::string key = to_valid_utf8(token_bytes_(t.token));
       if (!top.contains(key)) top[key] = reported(t.logprob);
     }
-    if (!l.top.empty() && !top.contains(text)) top[text] = reported(l.logprob);
-    top_logprobs.push_back(l.top.empty() ? json(nullptr) : std::move(top));
+    if (l.num_top > 0 && !top.contains(text)) top[text] = reported(l.logprob);
+    top_logprobs.push_back(l.num_top > 0 ? std::move(top) : json(nullptr));
     text_offset.push_back(choice.text_offset);
     choice.text_offset += count_code_points(text);
   }
@@ -181,7 +165,7 @@ void ResponseBuilder::append_logprobs(json& into, json&& more) const {
   }
 }
 
-std::string ResponseBuilder::add(int index, GenerationDelta&& delta) {
+std::string ResponseBuilder::add(int index, engine::RequestOutput& delta) {
   VPOD_CHECK(index >= 0 && index < num_choices());
   Choice& choice = choices_[index];
   VPOD_CHECK_MSG(!choice.finished, "a delta after the final one");
@@ -205,7 +189,7 @@ std::string ResponseBuilder::add(int index, GenerationDelta&& delta) {
     ++num_finished_;
     choice.finish_reason = delta.finish_reason;
     choice.stop_reason = stop_reason_json(delta);
-    if (delta.finish_reason == FinishReason::error) {
+    if (delta.finish_reason == engine::FinishReason::error) {
       ApiError e = server_error("Generation failed: " + delta.error);
       if (options_.stream) events += sse_event(error_json(e));
       if (!error_) error_ = std::move(e);
@@ -216,7 +200,8 @@ std::string ResponseBuilder::add(int index, GenerationDelta&& delta) {
   return events;
 }
 
-std::string ResponseBuilder::stream_content(int index, Choice& choice, GenerationDelta& delta) {
+std::string ResponseBuilder::stream_content(int index, Choice& choice,
+                                            engine::RequestOutput& delta) {
   const bool has_tokens = !delta.token_ids.empty();
   if (delta.text.empty() && !(has_tokens && (options_.logprobs || options_.return_token_ids))) {
     return "";

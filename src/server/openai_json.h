@@ -33,6 +33,9 @@ struct ResponseOptions {
   bool include_usage = false;
   bool return_token_ids = false;
   bool logprobs = false;  // report logprobs (the engine was asked for them)
+  // The request's stop_token_ids: a stop on one of them is reported as
+  // stop_reason (an EOS stop is not, as in vLLM).
+  std::vector<std::int32_t> stop_token_ids;
 };
 
 // The raw bytes a token stands for (ServingBackend::token_bytes).
@@ -51,7 +54,8 @@ class ResponseBuilder {
 
   int num_choices() const { return static_cast<int>(choices_.size()); }
   // Streaming: the SSE events for this delta ("" when it carries nothing to send).
-  std::string add(int choice, GenerationDelta&& delta);
+  // `delta` may be modified (echo text is prepended to a choice's first).
+  std::string add(int choice, engine::RequestOutput& delta);
   bool all_finished() const { return num_finished_ == num_choices(); }
 
   // Streaming: the usage chunk (if asked for) and data: [DONE].
@@ -69,7 +73,7 @@ class ResponseBuilder {
     int prompt_index = 0;
     bool started = false;  // a chunk was sent (chat: the role went out)
     bool finished = false;
-    FinishReason finish_reason = FinishReason::none;
+    engine::FinishReason finish_reason = engine::FinishReason::none;
     nlohmann::json stop_reason;  // string, token id or null
     int num_generated = 0;
     std::size_t text_offset = 0;          // completions logprobs: code points so far
@@ -79,9 +83,10 @@ class ResponseBuilder {
   };
 
   nlohmann::json chunk_header() const;
-  nlohmann::json logprobs_json(Choice& choice, const std::vector<TokenLogprobs>& logprobs);
+  nlohmann::json logprobs_json(Choice& choice, const std::vector<engine::SampledToken>& logprobs);
+  nlohmann::json stop_reason_json(const engine::RequestOutput& delta) const;
   void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
-  std::string stream_content(int index, Choice& choice, GenerationDelta& delta);
+  std::string stream_content(int index, Choice& choice, engine::RequestOutput& delta);
   std::string stream_final(int index, const Choice& choice) const;
   nlohmann::json usage() const;
 

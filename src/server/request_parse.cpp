@@ -11,7 +11,8 @@
 namespace vpod::server {
 namespace {
 
-using nlohmann::json;
+// Ordered, so messages keep their key order (templates may tojson them).
+using json = nlohmann::ordered_json;
 
 // A stop string list longer than this is almost surely a client bug; every
 // stop string is matched against every new piece of text.
@@ -208,7 +209,8 @@ class Fields {
 std::string model_field(Fields& f) { return f.string("model").value_or(""); }
 
 // Sampling fields shared by completions and chat, besides max_tokens.
-void parse_sampling(Fields& f, const RequestLimits& limits, SamplingOptions& s) {
+void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingParams& s,
+                    engine::StopParams& stop_params) {
   s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
   s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, /*min_exclusive=*/true).value_or(1.0));
   // vLLM: -1 (or 0) disables top-k.
@@ -230,38 +232,39 @@ void parse_sampling(Fields& f, const RequestLimits& limits, SamplingOptions& s) 
     }
   }
 
+  std::vector<std::string>& stops = stop_params.stop;
   if (const json* stop = f.find("stop")) {
     if (stop->is_string()) {
-      s.stop.push_back(stop->get<std::string>());
+      stops.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const json& x : *stop) {
         if (!x.is_string()) {
           f.fail_type("stop", "a string or an array of strings", x);
           break;
         }
-        s.stop.push_back(x.get<std::string>());
+        stops.push_back(x.get<std::string>());
       }
     } else {
       f.fail_type("stop", "a string or an array of strings", *stop);
     }
-    if (s.stop.size() > kMaxStopStrings) {
+    if (stops.size() > kMaxStopStrings) {
       f.fail(
           bad_request(fmt::format("'stop' may hold at most {} strings", kMaxStopStrings), "stop"));
     }
-    for (const std::string& x : s.stop) {
+    for (const std::string& x : stops) {
       if (x.empty()) f.fail(bad_request("'stop' strings must not be empty", "stop"));
     }
   }
   if (const json* ids = f.find("stop_token_ids")) {
-    s.stop_token_ids = f.token_ids("stop_token_ids", *ids, limits.vocab_size);
-    if (s.stop_token_ids.size() > kMaxStopTokenIds) {
+    stop_params.stop_token_ids = f.token_ids("stop_token_ids", *ids, limits.vocab_size);
+    if (stop_params.stop_token_ids.size() > kMaxStopTokenIds) {
       f.fail(bad_request(fmt::format("'stop_token_ids' may hold at most {} ids", kMaxStopTokenIds),
                          "stop_token_ids"));
     }
   }
-  s.ignore_eos = f.boolean("ignore_eos", false);
-  s.skip_special_tokens = f.boolean("skip_special_tokens", true);
-  s.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
+  stop_params.ignore_eos = f.boolean("ignore_eos", false);
+  stop_params.skip_special_tokens = f.boolean("skip_special_tokens", true);
+  stop_params.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
 
   f.string("user");  // type-checked, otherwise unused
   f.unsupported("logit_bias", "logit bias");
@@ -384,15 +387,16 @@ ApiResult<std::vector<Prompt>> parse_prompts(Fields& f, const RequestLimits& lim
 
 constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool", "developer"};
 
-// `messages`: objects with a role and string, text-part or (assistant) null content.
-ApiResult<std::vector<ChatMessage>> parse_messages(const json& v) {
+// `messages`: objects with a role and string, text-part or (assistant) null
+// content. Returns clean copies for the chat template: role, content (string
+// or [{"type": "text", "text"}] parts; null becomes ""), and name if given.
+ApiResult<json> parse_messages(const json& v) {
   if (!v.is_array()) {
     return bad_request(fmt::format("'messages' must be an array, got {}", type_name(v)),
                        "messages");
   }
   if (v.empty()) return bad_request("'messages' must not be empty", "messages");
-  std::vector<ChatMessage> messages;
-  messages.reserve(v.size());
+  json messages = json::array();
   for (std::size_t i = 0; i < v.size(); ++i) {
     const json& m = v[i];
     const std::string where = fmt::format("messages[{}]", i);
@@ -400,30 +404,30 @@ ApiResult<std::vector<ChatMessage>> parse_messages(const json& v) {
       return bad_request(fmt::format("'{}' must be an object, got {}", where, type_name(m)),
                          "messages");
     }
-    ChatMessage message;
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) {
       return bad_request(fmt::format("'{}.role' must be a string", where), "messages");
     }
-    message.role = role->get<std::string>();
+    const std::string role_name = role->get<std::string>();
     bool known = false;
-    for (std::string_view r : kRoles) known = known || message.role == r;
+    for (std::string_view r : kRoles) known = known || role_name == r;
     if (!known) {
       return bad_request(fmt::format("'{}.role' must be one of system, user, assistant, tool, "
                                      "developer; got '{}'",
-                                     where, message.role),
+                                     where, role_name),
                          "messages");
     }
+    json message = {{"role", role_name}};
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      if (message.role != "assistant") {
+      if (role_name != "assistant") {
         return bad_request(fmt::format("'{}.content' is required", where), "messages");
       }
+      message["content"] = "";
     } else if (content->is_string()) {
-      message.content = content->get<std::string>();
+      message["content"] = *content;
     } else if (content->is_array()) {
-      // Text parts are joined with newlines, as vLLM does for string templates.
-      bool first = true;
+      json parts = json::array();
       for (const json& part : *content) {
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
           return bad_request(fmt::format("'{}.content' parts must be objects with a 'type'", where),
@@ -440,10 +444,9 @@ ApiResult<std::vector<ChatMessage>> parse_messages(const json& v) {
           return bad_request(fmt::format("'{}.content' text parts need a string 'text'", where),
                              "messages");
         }
-        if (!first) message.content += '\n';
-        message.content += part["text"].get<std::string>();
-        first = false;
+        parts.push_back({{"type", "text"}, {"text", part["text"]}});
       }
+      message["content"] = std::move(parts);
     } else {
       return bad_request(fmt::format("'{}.content' must be a string or an array of text parts, "
                                      "got {}",
@@ -454,7 +457,7 @@ ApiResult<std::vector<ChatMessage>> parse_messages(const json& v) {
       if (!name->is_string()) {
         return bad_request(fmt::format("'{}.name' must be a string", where), "messages");
       }
-      message.name = name->get<std::string>();
+      message["name"] = *name;
     }
     if (auto calls = m.find("tool_calls");
         calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
@@ -473,8 +476,14 @@ void parse_template_options(Fields& f, ChatTemplateOptions& options) {
                        "continue_final_message"));
   }
   f.unsupported("chat_template", "custom chat templates");
-  f.unsupported("chat_template_kwargs", "chat template arguments");
   f.unsupported("documents", "documents");
+  if (const json* kwargs = f.find("chat_template_kwargs")) {
+    if (!kwargs->is_object()) {
+      f.fail_type("chat_template_kwargs", "an object", *kwargs);
+    } else {
+      options.extra_vars = *kwargs;
+    }
+  }
 }
 
 }  // namespace
@@ -492,12 +501,12 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
   r.prompts = std::move(prompts).value();
 
   std::optional<int> max_tokens;
-  parse_lengths(f, "max_tokens", limits, max_tokens, r.sampling.min_tokens);
-  r.sampling.max_tokens = max_tokens.value_or(16);
-  if (!max_tokens && r.sampling.min_tokens > r.sampling.max_tokens) {
+  parse_lengths(f, "max_tokens", limits, max_tokens, r.stop.min_tokens);
+  r.stop.max_tokens = max_tokens.value_or(16);
+  if (!max_tokens && r.stop.min_tokens > r.stop.max_tokens) {
     f.fail(bad_request("'min_tokens' must not exceed 'max_tokens' (16 by default)", "min_tokens"));
   }
-  parse_sampling(f, limits, r.sampling);
+  parse_sampling(f, limits, r.sampling, r.stop);
   parse_output(f, limits, r.output);
   if (auto logprobs = f.integer("logprobs", 0, limits.max_logprobs)) {
     r.sampling.logprobs = static_cast<int>(*logprobs);
@@ -538,8 +547,8 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLi
 
   // max_completion_tokens supersedes the deprecated max_tokens.
   const char* max_name = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  parse_lengths(f, max_name, limits, r.max_tokens, r.sampling.min_tokens);
-  parse_sampling(f, limits, r.sampling);
+  parse_lengths(f, max_name, limits, r.max_tokens, r.stop.min_tokens);
+  parse_sampling(f, limits, r.sampling, r.stop);
   parse_output(f, limits, r.output);
   const bool logprobs = f.boolean("logprobs", false);
   auto top = f.integer("top_logprobs", 0, limits.max_logprobs);

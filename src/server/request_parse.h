@@ -53,20 +53,21 @@ struct CompletionRequest {
   std::vector<Prompt> prompts;
   bool echo = false;
   bool add_special_tokens = true;
-  // max_tokens defaults to 16 for completions; sampling.max_tokens holds it.
-  SamplingOptions sampling;
+  engine::SamplingParams sampling;
+  engine::StopParams stop;  // max_tokens defaults to 16 for completions
   OutputOptions output;
 };
 
 struct ChatRequest {
   std::string model;
-  std::vector<ChatMessage> messages;
+  // Validated messages: {"role", "content" (a string or text parts), "name"?}.
+  nlohmann::ordered_json messages;
   ChatTemplateOptions chat_template;
   bool add_special_tokens = false;  // the template already has BOS
-  bool echo = false;                // vLLM: prepend the last message's content
   // Unset: as many as fit in --max-model-len after the prompt.
   std::optional<int> max_tokens;
-  SamplingOptions sampling;  // sampling.max_tokens is filled by the handler
+  engine::SamplingParams sampling;
+  engine::StopParams stop;  // stop.max_tokens is filled by the handler
   OutputOptions output;
 };
 
@@ -75,7 +76,7 @@ struct TokenizeRequest {
   std::string model;
   bool is_chat = false;
   std::string prompt;
-  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json messages;
   ChatTemplateOptions chat_template;
   bool add_special_tokens = true;  // default true for a prompt, false for messages
   bool return_token_strs = false;

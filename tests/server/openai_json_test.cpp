@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/metrics.h"
 #include "server/metrics.h"
 
 namespace vpod::server {
@@ -24,25 +25,41 @@ std::string token_bytes(std::int32_t t) {
   return "<" + std::to_string(t) + ">";
 }
 
-GenerationDelta delta(std::vector<std::int32_t> ids, std::string text, int generated,
-                      bool with_logprobs = false) {
-  GenerationDelta d;
+engine::SampledToken sampled(std::int32_t id, float logprob,
+                             std::vector<engine::TokenLogprob> top) {
+  engine::SampledToken t;
+  t.token = id;
+  t.logprob = logprob;
+  t.num_top = static_cast<int>(top.size());
+  std::copy(top.begin(), top.end(), t.top.begin());
+  return t;
+}
+
+engine::RequestOutput delta(std::vector<std::int32_t> ids, std::string text, int generated,
+                            bool with_logprobs = false) {
+  engine::RequestOutput d;
   d.token_ids = ids;
   d.text = std::move(text);
   if (with_logprobs) {
-    for (std::int32_t id : ids) {
-      d.logprobs.push_back({id, -0.5f, {{id, -0.5f}, {id + 1, -1.5f}}});
-    }
+    for (std::int32_t id : ids)
+      d.logprobs.push_back(sampled(id, -0.5f, {{id, -0.5f}, {id + 1, -1.5f}}));
   }
   d.num_prompt_tokens = 3;
   d.num_generated_tokens = generated;
   return d;
 }
 
-GenerationDelta finish(GenerationDelta d, FinishReason reason) {
+using engine::FinishReason;
+
+engine::RequestOutput finish(engine::RequestOutput d, FinishReason reason) {
   d.finished = true;
   d.finish_reason = reason;
   return d;
+}
+
+// add() takes the delta by reference (it may prepend echo text).
+std::string add(ResponseBuilder& b, int choice, engine::RequestOutput d) {
+  return b.add(choice, d);
 }
 
 // Splits an SSE stream into its data payloads.
@@ -78,13 +95,13 @@ TEST(ResponseBuilder, CompletionNonStreamedTwoChoices) {
   o.logprobs = true;
   ResponseBuilder b(o, token_bytes, {{1, 2, 3}});
   ASSERT_EQ(b.num_choices(), 2);
-  EXPECT_EQ(b.add(1, delta({10}, "A", 1, true)), "");
-  b.add(0, delta({20, 21}, "xy", 2, true));
-  GenerationDelta stop = finish(delta({22}, "z", 3, true), FinishReason::stop);
+  EXPECT_EQ(add(b, 1, delta({10}, "A", 1, true)), "");
+  add(b, 0, delta({20, 21}, "xy", 2, true));
+  engine::RequestOutput stop = finish(delta({22}, "z", 3, true), FinishReason::stop);
   stop.stop_string = "STOP";
-  b.add(0, std::move(stop));
+  add(b, 0, std::move(stop));
   EXPECT_FALSE(b.all_finished());
-  b.add(1, finish(delta({}, "", 1), FinishReason::length));
+  add(b, 1, finish(delta({}, "", 1), FinishReason::length));
   ASSERT_TRUE(b.all_finished());
 
   const json r = b.response();
@@ -116,10 +133,10 @@ TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
   ResponseBuilder b(o, token_bytes, {{1, 2, 3, 4}});
   std::string stream;
   // A delta whose text is held back (e.g. a possible stop string) sends nothing.
-  EXPECT_EQ(b.add(0, delta({5}, "", 1)), "");
-  stream += b.add(0, delta({6}, "Hel", 2));
-  stream += b.add(0, delta({7}, "lo", 3));
-  stream += b.add(0, finish(delta({}, "", 3), FinishReason::stop));
+  EXPECT_EQ(add(b, 0, delta({5}, "", 1)), "");
+  stream += add(b, 0, delta({6}, "Hel", 2));
+  stream += add(b, 0, delta({7}, "lo", 3));
+  stream += add(b, 0, finish(delta({}, "", 3), FinishReason::stop));
   ASSERT_TRUE(b.all_finished());
   stream += b.stream_tail();
 
@@ -144,7 +161,7 @@ TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
 
 TEST(ResponseBuilder, ChatStreamWithoutTextStillSendsRole) {
   ResponseBuilder b(options(Endpoint::chat, true), token_bytes, {{1}});
-  std::string stream = b.add(0, finish(delta({2}, "", 1), FinishReason::length));
+  std::string stream = add(b, 0, finish(delta({2}, "", 1), FinishReason::length));
   stream += b.stream_tail();
   const std::vector<std::string> payloads = sse_payloads(stream);
   ASSERT_EQ(payloads.size(), 2u);  // no usage chunk unless asked
@@ -158,10 +175,10 @@ TEST(ResponseBuilder, ChatLogprobsShapeWithPartialCharacters) {
   ResponseOptions o = options(Endpoint::chat, false);
   o.logprobs = true;
   ResponseBuilder b(o, token_bytes, {{1}});
-  GenerationDelta d = delta({7, 8}, "\xc3\xa9", 2);
-  d.logprobs.push_back({7, -0.25f, {{7, -0.25f}}});
-  d.logprobs.push_back({8, -std::numeric_limits<float>::infinity(), {}});
-  b.add(0, finish(std::move(d), FinishReason::stop));
+  engine::RequestOutput d = delta({7, 8}, "\xc3\xa9", 2);
+  d.logprobs.push_back(sampled(7, -0.25f, {{7, -0.25f}}));
+  d.logprobs.push_back(sampled(8, -std::numeric_limits<float>::infinity(), {}));
+  add(b, 0, finish(std::move(d), FinishReason::stop));
   const json r = b.response();
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["choices"][0]["message"], json({{"role", "assistant"}, {"content", "\xc3\xa9"}}));
@@ -183,8 +200,8 @@ TEST(ResponseBuilder, CompletionStreamEchoTokenIdsAndOffsets) {
   o.return_token_ids = true;
   o.logprobs = true;
   ResponseBuilder b(o, token_bytes, {{1, 2}}, {"Say:"});
-  std::string stream = b.add(0, delta({5}, "<5>", 1, true));
-  stream += b.add(0, finish(delta({6}, "<6>", 2, true), FinishReason::length));
+  std::string stream = add(b, 0, delta({5}, "<5>", 1, true));
+  stream += add(b, 0, finish(delta({6}, "<6>", 2, true), FinishReason::length));
   stream += b.stream_tail();
   const std::vector<std::string> payloads = sse_payloads(stream);
   ASSERT_EQ(payloads.size(), 4u);
@@ -206,9 +223,9 @@ TEST(ResponseBuilder, CompletionStreamEchoTokenIdsAndOffsets) {
 
 TEST(ResponseBuilder, EngineErrorBecomesErrorEventOr500) {
   ResponseBuilder streamed(options(Endpoint::completions, true), token_bytes, {{1}});
-  GenerationDelta d = finish(delta({}, "", 0), FinishReason::error);
+  engine::RequestOutput d = finish(delta({}, "", 0), FinishReason::error);
   d.error = "device lost";
-  std::string stream = streamed.add(0, GenerationDelta(d));
+  std::string stream = add(streamed, 0, d);
   stream += streamed.stream_tail();
   const std::vector<std::string> payloads = sse_payloads(stream);
   ASSERT_EQ(payloads.size(), 2u);
@@ -217,7 +234,7 @@ TEST(ResponseBuilder, EngineErrorBecomesErrorEventOr500) {
   EXPECT_EQ(payloads[1], "[DONE]");
 
   ResponseBuilder whole(options(Endpoint::chat, false), token_bytes, {{1}});
-  whole.add(0, std::move(d));
+  add(whole, 0, std::move(d));
   ASSERT_TRUE(whole.error().has_value());
   EXPECT_EQ(whole.error()->http_status, 500);
 }
@@ -226,7 +243,7 @@ TEST(ResponseBuilder, ChatReturnTokenIds) {
   ResponseOptions o = options(Endpoint::chat, false);
   o.return_token_ids = true;
   ResponseBuilder b(o, token_bytes, {{4, 5}});
-  b.add(0, finish(delta({9}, "<9>", 1), FinishReason::stop));
+  add(b, 0, finish(delta({9}, "<9>", 1), FinishReason::stop));
   const json r = b.response();
   EXPECT_EQ(r["prompt_token_ids"], json({4, 5}));
   EXPECT_EQ(r["choices"][0]["token_ids"], json({9}));
@@ -261,7 +278,23 @@ TEST(ErrorBody, Shape) {
   EXPECT_EQ(server_error("x").http_status, 500);
 }
 
-// Parses Prometheus text: every sample line is `name{labels} value`.
+TEST(ResponseBuilder, StopReasonNamesStopTokensButNotEos) {
+  ResponseOptions o = options(Endpoint::completions, false);
+  o.n = 2;
+  o.stop_token_ids = {42};
+  ResponseBuilder b(o, token_bytes, {{1}});
+  engine::RequestOutput by_stop_id = finish(delta({42}, "", 1), FinishReason::stop);
+  by_stop_id.stop_token = 42;
+  engine::RequestOutput by_eos = finish(delta({2}, "", 1), FinishReason::stop);
+  by_eos.stop_token = 2;
+  add(b, 0, by_stop_id);
+  add(b, 1, by_eos);
+  const json r = b.response();
+  EXPECT_EQ(r["choices"][0]["stop_reason"], 42);
+  EXPECT_TRUE(r["choices"][1]["stop_reason"].is_null());
+}
+
+// Parses Prometheus text: every sample line is `name{labels} value` or `name value`.
 std::map<std::string, double> parse_prometheus(const std::string& text) {
   std::map<std::string, double> samples;
   std::istringstream in(text);
@@ -270,58 +303,45 @@ std::map<std::string, double> parse_prometheus(const std::string& text) {
     if (line.empty() || line[0] == '#') continue;
     const std::size_t space = line.rfind(' ');
     EXPECT_NE(space, std::string::npos) << line;
-    const std::string key = line.substr(0, space);
-    EXPECT_NE(key.find("{model_name=\"tiny\""), std::string::npos) << line;
-    samples[key] = std::stod(line.substr(space + 1));
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
   }
   return samples;
 }
 
-TEST(Metrics, RendersPrometheusText) {
-  ServerMetrics m;
-  m.add_prompt_tokens(10);
-  m.add_generation_tokens(5);
-  m.observe_sequence(0.003, 0.5, 5, FinishReason::stop);
-  m.observe_sequence(20.0, 30.0, 1, FinishReason::length);
-  m.count_http_response(200);
-  m.count_http_response(400);
-  EngineStats engine{3, 2, 0.25, 7};
-  const std::string text = m.render("tiny", engine);
+TEST(Metrics, EngineAndHttpMetricsInOnePage) {
+  engine::EngineMetrics engine_metrics;
+  engine_metrics.num_requests_running = 3;
+  engine_metrics.kv_cache_usage_ratio = 0.25;
+  engine_metrics.time_to_first_token_s.observe(0.003);
+  ServerMetrics server;
+  server.count_http_response(200);
+  server.count_http_response(400);
+  server.count_http_response(400);
+  const std::string text = render_metrics(engine_metrics.snapshot(), server);
   for (const char* name :
        {"vpod_num_requests_running", "vpod_num_requests_waiting", "vpod_kv_cache_usage_ratio",
         "vpod_prompt_tokens_total", "vpod_generation_tokens_total", "vpod_num_preemptions_total",
         "vpod_time_to_first_token_seconds", "vpod_time_per_output_token_seconds",
-        "vpod_e2e_request_latency_seconds"}) {
+        "vpod_e2e_request_latency_seconds", "vpod_http_responses_total",
+        "vpod_num_http_requests_in_flight"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
   }
   const auto s = parse_prometheus(text);
-  const std::string l = "{model_name=\"tiny\"";
-  EXPECT_EQ(s.at("vpod_num_requests_running" + l + "}"), 3);
-  EXPECT_EQ(s.at("vpod_num_requests_waiting" + l + "}"), 2);
-  EXPECT_EQ(s.at("vpod_kv_cache_usage_ratio" + l + "}"), 0.25);
-  EXPECT_EQ(s.at("vpod_num_preemptions_total" + l + "}"), 7);
-  EXPECT_EQ(s.at("vpod_prompt_tokens_total" + l + "}"), 10);
-  EXPECT_EQ(s.at("vpod_generation_tokens_total" + l + "}"), 5);
-  EXPECT_EQ(s.at("vpod_request_success_total" + l + ",finished_reason=\"stop\"}"), 1);
-  EXPECT_EQ(s.at("vpod_http_responses_total" + l + ",status=\"400\"}"), 1);
-  // TTFT: 0.003 lands in le=0.005 (not le=0.001); 20.0 in le=20.
-  const std::string ttft = "vpod_time_to_first_token_seconds";
-  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"0.001\"}"), 0);
-  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"0.005\"}"), 1);
-  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"20\"}"), 2);
-  EXPECT_EQ(s.at(ttft + "_bucket" + l + ",le=\"+Inf\"}"), 2);
-  EXPECT_EQ(s.at(ttft + "_count" + l + "}"), 2);
-  EXPECT_DOUBLE_EQ(s.at(ttft + "_sum" + l + "}"), 20.003);
-  // TPOT only for sequences with 2+ tokens: (0.5 - 0.003) / 4.
-  EXPECT_EQ(s.at("vpod_time_per_output_token_seconds_count" + l + "}"), 1);
-  EXPECT_DOUBLE_EQ(s.at("vpod_time_per_output_token_seconds_sum" + l + "}"), 0.497 / 4);
-  EXPECT_EQ(s.at("vpod_e2e_request_latency_seconds_count" + l + "}"), 2);
-}
-
-TEST(Metrics, LabelEscaping) {
-  ServerMetrics m;
-  const std::string text = m.render("a\"b\\c\nd", EngineStats{});
-  EXPECT_NE(text.find("model_name=\"a\\\"b\\\\c\\nd\""), std::string::npos);
+  EXPECT_EQ(s.at("vpod_num_requests_running"), 3);
+  EXPECT_EQ(s.at("vpod_kv_cache_usage_ratio"), 0.25);
+  // Cumulative buckets: 0.003 s counts from le=0.005 on (the engine prints
+  // bounds with %.17g, so look them up by value).
+  int buckets = 0;
+  const std::string bucket = "vpod_time_to_first_token_seconds_bucket{le=\"";
+  for (const auto& [key, value] : s) {
+    if (key.rfind(bucket, 0) != 0) continue;
+    ++buckets;
+    const std::string le = key.substr(bucket.size(), key.size() - bucket.size() - 2);
+    EXPECT_EQ(value, le == "+Inf" || std::stod(le) >= 0.005 ? 1 : 0) << key;
+  }
+  EXPECT_GT(buckets, 10);
+  EXPECT_EQ(s.at("vpod_http_responses_total{status=\"400\"}"), 2);
+  EXPECT_EQ(s.at("vpod_num_http_requests_in_flight"), 0);
 }
 
 }  // namespace

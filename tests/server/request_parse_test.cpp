@@ -68,11 +68,11 @@ TEST(CompletionParse, AllFields) {
   ASSERT_EQ(c.prompts.size(), 1u);
   EXPECT_EQ(c.prompts[0].text, "hello");
   EXPECT_FALSE(c.prompts[0].is_token_ids);
-  EXPECT_EQ(c.sampling.max_tokens, 32);
+  EXPECT_EQ(c.stop.max_tokens, 32);
   EXPECT_FLOAT_EQ(c.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(c.sampling.top_p, 0.9f);
   EXPECT_EQ(c.output.n, 2);
-  EXPECT_EQ(c.sampling.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(c.stop.stop, (std::vector<std::string>{"a", "bc"}));
   EXPECT_EQ(c.sampling.seed, static_cast<std::uint64_t>(-3));
   EXPECT_TRUE(c.echo);
   EXPECT_FLOAT_EQ(c.sampling.presence_penalty, 1.5f);
@@ -82,11 +82,11 @@ TEST(CompletionParse, AllFields) {
   EXPECT_EQ(c.sampling.top_k, 40);
   EXPECT_FLOAT_EQ(c.sampling.min_p, 0.05f);
   EXPECT_FLOAT_EQ(c.sampling.repetition_penalty, 1.1f);
-  EXPECT_EQ(c.sampling.min_tokens, 4);
-  EXPECT_EQ(c.sampling.stop_token_ids, (std::vector<std::int32_t>{5, 7}));
-  EXPECT_TRUE(c.sampling.ignore_eos);
-  EXPECT_FALSE(c.sampling.skip_special_tokens);
-  EXPECT_TRUE(c.sampling.include_stop_str_in_output);
+  EXPECT_EQ(c.stop.min_tokens, 4);
+  EXPECT_EQ(c.stop.stop_token_ids, (std::vector<std::int32_t>{5, 7}));
+  EXPECT_TRUE(c.stop.ignore_eos);
+  EXPECT_FALSE(c.stop.skip_special_tokens);
+  EXPECT_TRUE(c.stop.include_stop_str_in_output);
   EXPECT_TRUE(c.output.return_token_ids);
   EXPECT_FALSE(c.sampling.logprobs.has_value());
 }
@@ -96,14 +96,14 @@ TEST(CompletionParse, Defaults) {
   ASSERT_TRUE(r.ok());
   const CompletionRequest& c = r.value();
   EXPECT_EQ(c.model, "");
-  EXPECT_EQ(c.sampling.max_tokens, 16);
+  EXPECT_EQ(c.stop.max_tokens, 16);
   EXPECT_FLOAT_EQ(c.sampling.temperature, 1.0f);
   EXPECT_FLOAT_EQ(c.sampling.top_p, 1.0f);
   EXPECT_EQ(c.sampling.top_k, 0);
   EXPECT_EQ(c.output.n, 1);
   EXPECT_FALSE(c.output.stream);
   EXPECT_FALSE(c.sampling.seed.has_value());
-  EXPECT_TRUE(c.sampling.skip_special_tokens);
+  EXPECT_TRUE(c.stop.skip_special_tokens);
   EXPECT_TRUE(c.add_special_tokens);
 }
 
@@ -116,7 +116,7 @@ TEST(CompletionParse, NullMeansNotGiven) {
                        {"logprobs", nullptr},
                        {"stream_options", nullptr}});
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(r->sampling.max_tokens, 16);
+  EXPECT_EQ(r->stop.max_tokens, 16);
   EXPECT_FALSE(r->sampling.logprobs.has_value());
 }
 
@@ -289,19 +289,25 @@ TEST(ChatParse, MessagesAndFields) {
   ASSERT_TRUE(r.ok()) << r.error().message;
   const ChatRequest& c = r.value();
   ASSERT_EQ(c.messages.size(), 4u);
-  EXPECT_EQ(c.messages[0].role, "system");
-  EXPECT_EQ(c.messages[1].content, "part one\npart two");
-  EXPECT_EQ(c.messages[1].name, "ann");
-  EXPECT_EQ(c.messages[2].content, "");
+  EXPECT_EQ(c.messages[0]["role"], "system");
+  EXPECT_EQ(c.messages[0]["content"], "be brief");
+  // Text parts pass through (the template decides how to join them).
+  EXPECT_EQ(c.messages[1]["content"].size(), 2u);
+  EXPECT_EQ(c.messages[1]["content"][1]["text"], "part two");
+  EXPECT_EQ(c.messages[1]["name"], "ann");
+  EXPECT_EQ(c.messages[2]["content"], "");
   EXPECT_EQ(c.max_tokens, 20);  // max_completion_tokens wins
   EXPECT_EQ(c.sampling.logprobs, 3);
   EXPECT_FALSE(c.add_special_tokens);
   EXPECT_TRUE(c.chat_template.add_generation_prompt);
 
-  auto plain = chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"logprobs", true}});
+  auto plain = chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"logprobs", true},
+                     {"chat_template_kwargs", {{"enable_thinking", false}}}});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->sampling.logprobs, 0);
   EXPECT_FALSE(plain->max_tokens.has_value());
+  EXPECT_EQ(plain->chat_template.extra_vars["enable_thinking"], false);
 }
 
 TEST(ChatParse, Errors) {
@@ -334,6 +340,7 @@ TEST(ChatParse, Errors) {
   expect_bad(chat({{"messages", {user}}, {"continue_final_message", true}}),
              "continue_final_message");
   expect_bad(chat({{"messages", {user}}, {"chat_template", "{{ x }}"}}), "chat_template");
+  expect_bad(chat({{"messages", {user}}, {"chat_template_kwargs", "x"}}), "chat_template_kwargs");
   // Unknown fields are ignored.
   EXPECT_TRUE(chat({{"messages", {user}}, {"frobnicate", {1, 2, 3}}}).ok());
 }
@@ -456,8 +463,8 @@ TEST(RequestParseFuzz, RandomBodiesGiveValidErrors) {
     auto c = parse_completion_request(text, l);
     check(c);
     if (c.ok()) {
-      EXPECT_GE(c->sampling.max_tokens, 1);
-      EXPECT_LE(c->sampling.max_tokens, l.max_model_len);
+      EXPECT_GE(c->stop.max_tokens, 1);
+      EXPECT_LE(c->stop.max_tokens, l.max_model_len);
       EXPECT_FALSE(c->prompts.empty());
     }
     check(parse_chat_request(text, l));

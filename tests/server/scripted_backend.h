@@ -1,10 +1,13 @@
 // A deterministic double of ServingBackend for the HTTP server's tests: a
 // byte tokenizer, a trivial chat template, and an "engine" thread that emits
-// one token per sequence every step. What it generates is a pure function of
-// (prompt, seed, position), so tests can predict outputs exactly. The real
+// one token per sequence every step through real engine::RequestStreams and
+// records real engine::EngineMetrics. What it generates is a pure function
+// of (prompt, seed, position), so tests predict outputs exactly. The real
 // engine is exercised by the end-to-end suite (tests/e2e).
 //
 // Vocabulary: 0 <pad>, 1 <s> (BOS), 2 </s> (EOS), 3 + b for byte b.
+// Prompts containing "FAIL" fail; prompts containing "EOS" stop with EOS
+// after 3 tokens.
 #pragma once
 
 #include <atomic>
@@ -18,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/metrics.h"
+#include "engine/output_stream.h"
 #include "server/backend.h"
 
 namespace vpod::server::testing {
@@ -46,7 +51,7 @@ class ScriptedBackend : public ServingBackend {
     engine_.join();
   }
 
-  // The byte a sequence emits at `position`: printable, from (prompt, seed).
+  // The byte a sequence emits at `position`: a letter, from (prompt, seed).
   static char output_byte(const std::vector<std::int32_t>& prompt, std::uint64_t seed,
                           int position) {
     std::uint64_t h = 1469598103934665603ULL ^ seed;
@@ -57,7 +62,11 @@ class ScriptedBackend : public ServingBackend {
   }
 
   void set_ready(bool ready) { ready_ = ready; }
-  int num_submitted() const { return num_submitted_.load(); }
+  // Sequences in the "engine" (what a real one's KV cache would hold).
+  int num_running() const {
+    std::lock_guard lock(mutex_);
+    return static_cast<int>(active_.size());
+  }
 
   const ModelCard& model() const override { return card_; }
   bool ready() const override { return ready_.load(); }
@@ -83,77 +92,71 @@ class ScriptedBackend : public ServingBackend {
     if (id == kEos) return "</s>";
     return std::string(1, static_cast<char>(id - kByteBase));
   }
-  Result<std::string> apply_chat_template(std::span<const ChatMessage> messages,
+  // "<|role|>content\n" per message (text parts joined by "\n").
+  Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages,
                                           const ChatTemplateOptions& options) const override {
     std::string text;
-    for (const ChatMessage& m : messages) {
-      if (m.content.find("REJECT") != std::string::npos) {
+    for (const auto& m : messages) {
+      std::string content;
+      if (m["content"].is_string()) {
+        content = m["content"].get<std::string>();
+      } else {
+        for (const auto& part : m["content"]) {
+          if (!content.empty()) content += "\n";
+          content += part["text"].get<std::string>();
+        }
+      }
+      if (content.find("REJECT") != std::string::npos) {
         return invalid_argument("chat template: the conversation was rejected");
       }
-      text += "<|" + m.role + "|>" + m.content + "\n";
+      text += "<|" + m["role"].get<std::string>() + "|>" + content + "\n";
     }
     if (options.add_generation_prompt) text += "<|assistant|>";
     return text;
   }
 
-  Result<std::unique_ptr<GenerationStream>> submit(GenerationSpec spec,
+  Result<std::unique_ptr<GenerationStream>> submit(engine::RequestSpec spec,
                                                    std::function<void()> wake) override {
     if (spec.prompt_token_ids.empty()) return invalid_argument("empty prompt");
+    VPOD_RETURN_IF_ERROR(engine::validate(spec.sampling));
+    VPOD_RETURN_IF_ERROR(engine::validate(spec.stop));
     auto seq = std::make_shared<Sequence>();
+    seq->stream = std::make_shared<engine::RequestStream>(
+        ++next_id_, spec.stop.max_tokens, spec.sampling.logprobs.has_value(), std::move(wake));
     seq->spec = std::move(spec);
-    seq->wake = std::move(wake);
     // No seed: an arbitrary one, as an engine draws.
     seq->seed = seq->spec.sampling.seed.value_or(next_seed_++);
-    if (seq->spec.sampling.temperature == 0.0f) seq->seed = 0;  // greedy ignores seeds
+    if (seq->spec.sampling.greedy()) seq->seed = 0;  // greedy ignores seeds
     {
       std::lock_guard lock(mutex_);
       active_.push_back(seq);
+      metrics_.prompt_tokens += seq->spec.prompt_token_ids.size();
+      update_gauges();
     }
-    ++num_submitted_;
     cv_.notify_all();
     return std::unique_ptr<GenerationStream>(new Stream(seq, this));
   }
 
-  EngineStats stats() const override {
-    std::lock_guard lock(mutex_);
-    EngineStats s;
-    s.num_running = static_cast<int>(active_.size());
-    std::int64_t tokens = 0;
-    for (const auto& seq : active_) {
-      tokens += static_cast<std::int64_t>(seq->spec.prompt_token_ids.size()) + seq->generated;
-    }
-    s.kv_cache_usage = static_cast<double>(tokens) / kCapacityTokens;
-    return s;
-  }
+  engine::MetricsSnapshot metrics() const override { return metrics_.snapshot(); }
 
  private:
   static constexpr double kCapacityTokens = 1 << 20;
 
   struct Sequence {
-    GenerationSpec spec;
-    std::function<void()> wake;
+    engine::RequestSpec spec;
+    std::shared_ptr<engine::RequestStream> stream;
     std::uint64_t seed = 0;
     int generated = 0;
     std::string text;      // generated so far (before stop handling)
     std::size_t sent = 0;  // text already released
     std::atomic<bool> abort_requested{false};
-    std::mutex mutex;  // guards pending/has_pending
-    GenerationDelta pending;
-    bool has_pending = false;
   };
 
   class Stream : public GenerationStream {
    public:
     Stream(std::shared_ptr<Sequence> seq, ScriptedBackend* backend)
         : seq_(std::move(seq)), backend_(backend) {}
-    bool try_pop(GenerationDelta& out) override {
-      std::lock_guard lock(seq_->mutex);
-      if (!seq_->has_pending) return false;
-      out = std::move(seq_->pending);
-      seq_->pending = GenerationDelta();
-      seq_->has_pending = false;
-      return true;
-    }
+    bool try_pop(engine::RequestOutput& out) override { return seq_->stream->try_pop(out); }
     void abort() override {
       seq_->abort_requested = true;
       backend_->cv_.notify_all();
@@ -164,107 +167,93 @@ class ScriptedBackend : public ServingBackend {
     ScriptedBackend* backend_;
   };
 
-  static void push(Sequence& seq, GenerationDelta&& delta) {
-    {
-      std::lock_guard lock(seq.mutex);
-      if (seq.has_pending) {
-        seq.pending.merge(std::move(delta));
-      } else {
-        seq.pending = std::move(delta);
-        seq.has_pending = true;
-      }
-    }
-    seq.wake();
-  }
-
-  // One step for one sequence; true when it finished.
-  static bool step_one(Sequence& seq) {
-    const SamplingOptions& s = seq.spec.sampling;
-    GenerationDelta d;
+  // One step for one sequence; true when it finished. Caller holds mutex_.
+  bool step_one(Sequence& seq) {
+    const engine::SamplingParams& s = seq.spec.sampling;
+    const engine::StopParams& stop = seq.spec.stop;
+    engine::RequestOutput d;
     d.num_prompt_tokens = static_cast<int>(seq.spec.prompt_token_ids.size());
-    if (seq.abort_requested) {
+    const auto end = [&](engine::FinishReason reason) {
       d.finished = true;
-      d.finish_reason = FinishReason::abort;
+      d.finish_reason = reason;
       d.num_generated_tokens = seq.generated;
-      push(seq, std::move(d));
+      metrics_.count_finished(reason);
+      seq.stream->push(d);
       return true;
+    };
+    if (seq.abort_requested) return end(engine::FinishReason::abort);
+    std::string prompt_text;
+    for (std::int32_t id : seq.spec.prompt_token_ids) {
+      if (id >= kByteBase) prompt_text += static_cast<char>(id - kByteBase);
     }
-    const std::string prompt_text = [&] {
-      std::string t;
-      for (std::int32_t id : seq.spec.prompt_token_ids) {
-        if (id >= kByteBase) t += static_cast<char>(id - kByteBase);
-      }
-      return t;
-    }();
     if (prompt_text.find("FAIL") != std::string::npos) {
-      d.finished = true;
-      d.finish_reason = FinishReason::error;
       d.error = "scripted failure";
-      push(seq, std::move(d));
-      return true;
+      return end(engine::FinishReason::error);
     }
-    // Prompts containing "EOS" end with EOS after 3 tokens (unless ignore_eos).
     const bool eos = prompt_text.find("EOS") != std::string::npos && seq.generated == 3 &&
-                     !s.ignore_eos && seq.generated >= s.min_tokens;
-    std::int32_t token;
-    if (eos) {
-      token = kEos;
-    } else {
-      token = kByteBase + static_cast<unsigned char>(
+                     !stop.ignore_eos && seq.generated >= stop.min_tokens;
+    const std::int32_t token =
+        eos ? kEos
+            : kByteBase + static_cast<unsigned char>(
                               output_byte(seq.spec.prompt_token_ids, seq.seed, seq.generated));
-    }
+    if (seq.generated == 0) metrics_.time_to_first_token_s.observe(0.001);
     ++seq.generated;
+    ++metrics_.generation_tokens;
     d.token_ids.push_back(token);
     if (s.logprobs) {
-      TokenLogprobs l{token, -0.125f * static_cast<float>(1 + seq.generated % 4), {}};
-      for (int k = 0; k < *s.logprobs; ++k) {
-        l.top.push_back({kByteBase + 'a' + k, -0.1f * static_cast<float>(k + 1)});
+      engine::SampledToken l;
+      l.token = token;
+      l.logprob = -0.125f * static_cast<float>(1 + seq.generated % 4);
+      l.num_top = *s.logprobs;
+      for (int k = 0; k < l.num_top; ++k) {
+        l.top[k] = {kByteBase + 'a' + k, -0.1f * static_cast<float>(k + 1)};
       }
-      d.logprobs.push_back(std::move(l));
+      d.logprobs.push_back(l);
     }
     d.num_generated_tokens = seq.generated;
     bool stop_token = false;
-    for (std::int32_t id : s.stop_token_ids) stop_token = stop_token || id == token;
-    if (eos || (stop_token && seq.generated >= s.min_tokens)) {
-      d.finished = true;
-      d.finish_reason = FinishReason::stop;
-      if (stop_token && !eos) d.stop_token = token;
-    } else {
-      seq.text += static_cast<char>(token - kByteBase);
-      // Stop strings: cut at the first match; hold back a possible prefix.
-      std::size_t hold = 0;
-      for (const std::string& stop : s.stop) {
-        const std::size_t at = seq.text.find(stop, seq.sent);
-        if (at != std::string::npos && seq.generated >= s.min_tokens) {
-          const std::size_t end = s.include_stop_str_in_output ? at + stop.size() : at;
-          d.text = seq.text.substr(seq.sent, end - seq.sent);
-          seq.sent = end;
-          d.finished = true;
-          d.finish_reason = FinishReason::stop;
-          d.stop_string = stop;
-          push(seq, std::move(d));
-          return true;
-        }
-        for (std::size_t k = std::min(stop.size() - 1, seq.text.size() - seq.sent); k > 0; --k) {
-          if (seq.text.compare(seq.text.size() - k, k, stop, 0, k) == 0) {
-            hold = std::max(hold, k);
-            break;
-          }
-        }
+    for (std::int32_t id : stop.stop_token_ids) stop_token = stop_token || id == token;
+    if (eos || (stop_token && seq.generated >= stop.min_tokens)) {
+      d.stop_token = token;
+      return end(engine::FinishReason::stop);
+    }
+    seq.text += static_cast<char>(token - kByteBase);
+    // Stop strings: cut at the first match; hold back a possible prefix.
+    std::size_t hold = 0;
+    for (const std::string& x : stop.stop) {
+      const std::size_t at = seq.text.find(x, seq.sent);
+      if (at != std::string::npos && seq.generated >= stop.min_tokens) {
+        const std::size_t cut = stop.include_stop_str_in_output ? at + x.size() : at;
+        d.text = seq.text.substr(seq.sent, cut - seq.sent);
+        seq.sent = cut;
+        d.stop_string = x;
+        return end(engine::FinishReason::stop);
       }
-      const std::size_t release = seq.text.size() - hold;
-      d.text = seq.text.substr(seq.sent, release - seq.sent);
-      seq.sent = release;
-      if (seq.generated >= s.max_tokens) {
-        d.text += seq.text.substr(seq.sent);
-        seq.sent = seq.text.size();
-        d.finished = true;
-        d.finish_reason = FinishReason::length;
+      for (std::size_t k = std::min(x.size() - 1, seq.text.size() - seq.sent); k > 0; --k) {
+        if (seq.text.compare(seq.text.size() - k, k, x, 0, k) == 0) {
+          hold = std::max(hold, k);
+          break;
+        }
       }
     }
-    const bool done = d.finished;
-    push(seq, std::move(d));
-    return done;
+    const bool last = seq.generated >= stop.max_tokens;
+    if (last) hold = 0;
+    const std::size_t release = seq.text.size() - hold;
+    d.text = seq.text.substr(seq.sent, release - seq.sent);
+    seq.sent = release;
+    if (last) return end(engine::FinishReason::length);
+    seq.stream->push(d);
+    return false;
+  }
+
+  // The gauges a real engine keeps. Caller holds mutex_.
+  void update_gauges() {
+    metrics_.num_requests_running = static_cast<std::int64_t>(active_.size());
+    std::int64_t tokens = 0;
+    for (const auto& seq : active_) {
+      tokens += static_cast<std::int64_t>(seq->spec.prompt_token_ids.size()) + seq->generated;
+    }
+    metrics_.kv_cache_usage_ratio = static_cast<double>(tokens) / kCapacityTokens;
   }
 
   void run() {
@@ -279,14 +268,16 @@ class ScriptedBackend : public ServingBackend {
           ++it;
         }
       }
+      update_gauges();
     }
   }
 
   const std::chrono::milliseconds step_;
   ModelCard card_;
   std::atomic<bool> ready_{true};
-  std::atomic<int> num_submitted_{0};
   std::atomic<std::uint64_t> next_seed_{12345};
+  std::atomic<engine::RequestId> next_id_{0};
+  engine::EngineMetrics metrics_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::list<std::shared_ptr<Sequence>> active_;
