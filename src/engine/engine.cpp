@@ -28,6 +28,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 // schedule this instant (a safety net: the scheduler always makes progress).
 constexpr std::chrono::milliseconds kIdleRecheck(1);
 
+// Bytes of output text reserved per request at submission.
+constexpr std::size_t kMaxReservedTextBytes = 4096;
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in,
@@ -94,7 +97,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   r->stop_strings = StopStringMatcher(r->stop.stop);
   r->decoder =
       decoders_.create(std::span(r->token_ids.data(), num_prompt), r->stop.skip_special_tokens);
-  r->text.reserve(64);
+  // Text grows geometrically past this; most outputs never reach it.
+  r->text.reserve(std::min<std::size_t>(kMaxReservedTextBytes,
+                                        std::size_t{8} * (r->max_total_tokens - num_prompt)));
 
   std::lock_guard lock(mutex_);
   if (stopping_) return unavailable("the engine is shutting down");

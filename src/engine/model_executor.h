@@ -31,7 +31,8 @@ struct SampledToken {
 // reaches the end of the request's known tokens. Partial prefill chunks
 // sample nothing (their logits need not be computed).
 struct SampleSpec {
-  int token_index = 0;  // row of the flattened batch whose logits are sampled (last new token)
+  int token_index = 0;     // row of the flattened batch whose logits are sampled (last new token)
+  int sequence_index = 0;  // the sequence's index in [prefills..., decodes...] (its logit row)
   const SamplingParams* params = nullptr;
   std::uint64_t seed = 0;     // per request; with `output_index` keys a counter-based RNG so
   int output_index = 0;       // the k-th token of a request is the same after preemption

@@ -236,6 +236,7 @@ void Scheduler::lay_out_batch() {
     if (r->num_computed + num_new < r->num_tokens()) return;
     SampleSpec spec;
     spec.token_index = s.token_offset + num_new - 1;
+    spec.sequence_index = static_cast<int>(b.prefills.size() + b.decodes.size()) - 1;
     spec.params = &r->sampling;
     spec.seed = r->seed;
     spec.output_index = r->num_generated();

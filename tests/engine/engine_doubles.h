@@ -54,7 +54,10 @@ class FakeKvCache final : public KvCapacity {
         max_tokens_per_slot_(max_tokens_per_slot),
         slot_blocks_(num_slots, -1),
         memory_(memory) {
-    if (memory_) memory_->tokens.assign(num_slots, {});
+    if (memory_) {
+      memory_->tokens.assign(num_slots, {});
+      for (auto& slot : memory_->tokens) slot.reserve(max_tokens_per_slot);
+    }
   }
 
   int max_tokens_per_slot() const override { return max_tokens_per_slot_; }

@@ -8,13 +8,32 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine_doubles.h"
+
+// Counts heap allocations made by this thread while counting is on, to check
+// that the engine's steady-state step allocates nothing.
+namespace {
+thread_local bool count_allocations = false;
+thread_local long num_allocations = 0;
+}  // namespace
+
+// noinline: keeps GCC from pairing the inlined malloc/free with new/delete
+// (-Wmismatched-new-delete).
+[[gnu::noinline]] void* operator new(std::size_t size) {
+  if (count_allocations) ++num_allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace vpod::engine {
 namespace {
@@ -338,6 +357,31 @@ TEST(Engine, ThreadedServingWithConcurrentClients) {
   EXPECT_EQ(c.last.finish_reason, FinishReason::abort);
   EXPECT_EQ(rig.kv.slots_in_use(), 0);
   EXPECT_EQ(rig.engine->submit(greedy({1}, 1)).status().code(), StatusCode::unavailable);
+}
+
+// Buffers are sized up front: once requests are decoding, a step (schedule,
+// prepare, forward, commit, stop rules, detokenization, streaming, metrics)
+// makes no heap allocation.
+TEST(Engine, SteadyStateStepsDoNotAllocate) {
+  Rig rig(16, 256, 16, 16, 64, 1024);
+  std::mt19937 rng(5);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 12; ++i) {
+    RequestSpec spec = greedy(random_prompt(rng, 10), 40);
+    spec.stop.ignore_eos = true;
+    spec.stop.stop = {"zzzq"};  // exercise stop-string matching too
+    streams.push_back(*rig.engine->submit(spec));
+  }
+  for (int i = 0; i < 3; ++i) rig.engine->step();  // admission and prefill
+  ASSERT_EQ(rig.engine->scheduler().num_running(), 12u);
+  num_allocations = 0;
+  count_allocations = true;
+  for (int i = 0; i < 20; ++i) rig.engine->step();
+  count_allocations = false;
+  EXPECT_EQ(num_allocations, 0) << "allocations in 20 decode steps of 12 requests";
+  RequestOutput out;
+  ASSERT_TRUE(streams[0]->try_pop(out));
+  EXPECT_EQ(out.token_ids.size(), 23u);
 }
 
 TEST(RequestStream, MergesPendingDeltasIntoOnePop) {

@@ -285,6 +285,8 @@ TEST(Scheduler, PrefillChunksShareAStepWithDecodes) {
   ASSERT_EQ(s3.samples.size(), 2u);  // a and b complete; c's chunk is partial
   EXPECT_EQ(s3.samples[0].token_index, 49);
   EXPECT_EQ(s3.samples[1].token_index, 79);
+  EXPECT_EQ(s3.samples[0].sequence_index, 0);
+  EXPECT_EQ(s3.samples[1].sequence_index, 1);
   std::vector<SampledToken> out(2);
   sim.kv.prepare(s3.batch).ok();
   sim.model.forward(s3.batch, s3.samples, out).ok();
@@ -304,7 +306,9 @@ TEST(Scheduler, PrefillChunksShareAStepWithDecodes) {
   EXPECT_EQ(s4.batch.decodes[0].cached_len, 250);
   EXPECT_EQ(s4.batch.positions[20], 250);
   EXPECT_EQ(s4.batch.token_ids[20], a->token_ids[250]);
-  EXPECT_EQ(s4.samples.size(), 3u);
+  ASSERT_EQ(s4.samples.size(), 3u);
+  EXPECT_EQ(s4.samples[0].sequence_index, 0);  // c's last chunk
+  EXPECT_EQ(s4.samples[2].sequence_index, 2);  // b's decode
 }
 
 TEST(Scheduler, AdmitsOnlyWhatTheKvCacheCanBackAndUpToMaxNumSeqs) {
