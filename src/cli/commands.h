@@ -11,5 +11,6 @@ void add_info_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace vpod::cli

@@ -63,9 +63,24 @@ struct RopeTable {
   int head_dim = 0;
 };
 
+// GPU time per op category over the ops run since timing was enabled
+// (benchmarks' step-time breakdown).
+struct OpTimes {
+  double gemm_ms = 0.0;
+  double attention_ms = 0.0;
+  double other_ms = 0.0;  // norms, RoPE + KV append, SiLU, gathers
+  int num_ops = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Per-op timing (events around each op: adds a little overhead, for
+  // benchmarks only). The CPU backend does not time.
+  virtual void set_op_timing(bool enabled) { (void)enabled; }
+  // Synchronizes, returns the times since the last call and resets them.
+  virtual OpTimes take_op_times() { return {}; }
 
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
@@ -125,5 +140,25 @@ class Backend {
 
 // CPU backend (always available).
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+}  // namespace vpod::model
+
+namespace vpod::model {
+
+enum class AttentionImpl : std::uint8_t {
+  kernels,  // src/kernels/attention prefill + decode (fp16/bf16, head_dim 64/128),
+            // the simple kernel for anything they do not cover
+  simple,   // always the simple exact kernel (src/model/simple_attention.h)
+};
+
+struct CudaBackendOptions {
+  DType dtype = DType::bf16;  // activations, weights and KV cache
+  int device = 0;
+  AttentionImpl attention = AttentionImpl::kernels;
+  std::size_t gemm_workspace_bytes = 32u << 20;
+};
+
+// The CUDA backend, or why it is unavailable (no GPU, no cuBLASLt).
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
 }  // namespace vpod::model

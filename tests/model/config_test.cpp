@@ -7,6 +7,7 @@
 
 #include "kernels/rope/rope.h"
 #include "model/make_model.h"
+#include "model/memory_plan.h"
 #include "model/model.h"
 #include "model/model_config.h"
 
@@ -207,6 +208,27 @@ TEST(MakeModel, SameSeedSameBytesDifferentSeedDifferentBytes) {
   // The documented PRNG: splitmix64 of the first element of a known tensor.
   EXPECT_EQ(splitmix64(0), 0xe220a8397b1dcdafull);
   fs::remove_all(base);
+}
+
+}  // namespace
+}  // namespace vpod::model
+
+namespace vpod::model {
+namespace {
+
+TEST(GpuMemoryPlan, KvGetsTheBudgetLeftAfterLoading) {
+  const std::size_t gb = 1000u * 1000u * 1000u;
+  // 141 GB card, 20 GB in use after loading 16 GB of weights, 90% budget.
+  auto p = plan_gpu_memory(141 * gb, 121 * gb, 0.9, 16 * gb, 2 * gb, 131072);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->budget_bytes, static_cast<std::size_t>(141 * gb * 0.9));
+  EXPECT_EQ(p->kv_bytes, p->budget_bytes - 20 * gb);
+  EXPECT_EQ(p->kv_tokens, p->kv_bytes / 131072);
+  // Nothing left: a clear resource_exhausted.
+  auto none = plan_gpu_memory(141 * gb, 10 * gb, 0.9, 120 * gb, 2 * gb, 131072);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::resource_exhausted);
+  EXPECT_FALSE(plan_gpu_memory(141 * gb, 100 * gb, 1.5, 1, 1, 1).ok());
 }
 
 }  // namespace

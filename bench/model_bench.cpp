@@ -1,0 +1,273 @@
+// `vpod bench model`: the model runtime on the GPU. Decode step time at
+// several batch sizes and contexts against the bandwidth roofline (weights +
+// KV bytes read at 4.24 TB/s), prefill throughput against the FLOP roofline
+// (771 TFLOP/s, bf16 GEMM measured on the H200), and a step-time breakdown
+// (GEMMs, attention, other kernels; host enqueue time). Validates first: the
+// logits of a step must be finite and not constant.
+#include <cuda_runtime_api.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "bench/benches.h"
+#include "cuda/device_info.h"
+#include "model/memory_plan.h"
+#include "model/model.h"
+
+namespace vpod::bench {
+
+namespace {
+
+constexpr double kBandwidthCeiling = 4.24e12;  // B/s, device copy on the H200 (docs/gpu.md)
+constexpr double kFlopCeiling = 771e12;        // FLOP/s, bf16 GEMM 8192^3 on the H200
+
+struct ModelBenchArgs {
+  std::string model, json, dtype = "bf16", attention = "kernels";
+  std::string batches = "1,16,64,256", contexts = "1024,2048,4096,8192", prefills = "4096,16384";
+  int iters = 10;
+  double gpu_memory_utilization = 0.92;
+};
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoi(item));
+  return v;
+}
+
+[[noreturn]] void fail(const std::string& m) {
+  std::fprintf(stderr, "vpod bench model: %s\n", m.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+template <typename T>
+T ok_or_fail(Result<T> r) {
+  if (!r.ok()) fail(r.status().to_string());
+  return std::move(r).value();
+}
+
+struct StepTiming {
+  double gpu_ms = 0;      // per step, CUDA events around `iters` steps
+  double enqueue_ms = 0;  // host time inside forward() per step
+  model::OpTimes ops;     // one extra, timed step
+};
+
+StepTiming time_steps(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
+                      int iters) {
+  model::Backend& b = m.backend();
+  for (int i = 0; i < 2; ++i) ok_or_fail(m.forward(batch, kv));
+  if (!b.synchronize().ok()) fail("synchronize failed");
+  double enqueue = 0;
+  StepTiming t;
+  // Each step is timed on the host from the call to its completion (the
+  // backend's stream is internal), the median kept; enqueue is the part the
+  // host spends inside forward().
+  std::vector<double> gpu;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ok_or_fail(m.forward(batch, kv));
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!b.synchronize().ok()) fail("synchronize failed");
+    const auto t2 = std::chrono::steady_clock::now();
+    enqueue += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    gpu.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+  }
+  std::sort(gpu.begin(), gpu.end());
+  t.gpu_ms = gpu[gpu.size() / 2];
+  t.enqueue_ms = enqueue / iters;
+  b.set_op_timing(true);
+  ok_or_fail(m.forward(batch, kv));
+  t.ops = b.take_op_times();
+  b.set_op_timing(false);
+  return t;
+}
+
+void run(const ModelBenchArgs& a) {
+  const auto choice = ok_or_fail(cuda::choose_backend("cuda"));
+  (void)choice;
+  const auto gpus = ok_or_fail(cuda::query_gpus());
+  const std::vector<int> batches = parse_list(a.batches);
+  const std::vector<int> contexts = parse_list(a.contexts);
+  const std::vector<int> prefills = parse_list(a.prefills);
+  int max_tokens = 1;
+  for (int b : batches) max_tokens = std::max(max_tokens, b);
+  for (int p : prefills) max_tokens = std::max(max_tokens, p);
+  int max_seqs = 1;
+  for (int b : batches) max_seqs = std::max(max_seqs, b);
+
+  model::CudaBackendOptions bo;
+  bo.dtype = ok_or_fail(parse_dtype(a.dtype));
+  bo.attention =
+      a.attention == "simple" ? model::AttentionImpl::simple : model::AttentionImpl::kernels;
+  auto backend = ok_or_fail(model::make_cuda_backend(bo));
+  const auto load_start = std::chrono::steady_clock::now();
+  auto m = ok_or_fail(model::Model::load(
+      a.model, *backend, {.max_num_tokens = max_tokens, .max_num_sequences = max_seqs}));
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const model::ModelConfig& c = m->config();
+  std::size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  const auto plan = ok_or_fail(model::plan_gpu_memory(total_b, free_b, a.gpu_memory_utilization,
+                                                      m->weight_bytes(), m->activation_bytes(),
+                                                      m->kv_bytes_per_token()));
+  std::printf("model: %s %d layers, hidden %d, %.2f GB weights (%s), loaded in %.1f s on %s\n",
+              std::string(model::architecture_name(c.arch)).c_str(), c.num_layers, c.hidden_size,
+              static_cast<double>(m->weight_bytes()) / 1e9, dtype_name(bo.dtype).data(), load_s,
+              gpus[0].name.c_str());
+  std::printf("%s\n", plan.to_string().c_str());
+
+  // Bytes a decode step must read: every weight but the embedding table
+  // (only the batch's rows are gathered), plus the KV cache.
+  const std::size_t elem = dtype_size(bo.dtype);
+  const double embed_bytes = static_cast<double>(c.vocab_size) * c.hidden_size * elem;
+  const double weights_read =
+      static_cast<double>(m->weight_bytes()) - (c.tie_word_embeddings ? 0.0 : embed_bytes);
+
+  nlohmann::json report;
+  report["model"] = a.model;
+  report["gpu"] = gpus[0].name;
+  report["dtype"] = std::string(dtype_name(bo.dtype));
+  report["attention"] = a.attention;
+  report["weight_bytes"] = m->weight_bytes();
+  report["memory_plan"] = plan.to_string();
+
+  // Validation: a small decode batch gives finite, non-constant logits.
+  {
+    auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 2, 64));
+    HybridBatch b;
+    b.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = 16, .token_offset = 0});
+    for (int i = 0; i < 16; ++i) {
+      b.token_ids.push_back(1000 + 37 * i);
+      b.positions.push_back(i);
+    }
+    b.decodes.push_back({.slot = 1, .cached_len = 20, .num_new = 1, .token_offset = 16});
+    b.token_ids.push_back(5);
+    b.positions.push_back(20);
+    const TensorView logits = ok_or_fail(m->forward(b, kv.views()));
+    std::vector<float> host(static_cast<std::size_t>(logits.numel()));
+    if (!backend->download(logits.data(), host.size() * 4, host.data()).ok()) fail("download");
+    float lo = INFINITY, hi = -INFINITY;
+    for (float v : host) {
+      if (!std::isfinite(v)) fail("validation: non-finite logit");
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    if (!(hi > lo)) fail("validation: constant logits");
+    std::printf("validation: logits finite, range [%.3f, %.3f]\n", lo, hi);
+  }
+
+  std::printf("\n%-6s %-7s %10s %10s %9s %8s | %8s %8s %8s %9s\n", "batch", "context", "step ms",
+              "roofline", "ratio", "TB/s", "gemm", "attn", "other", "enqueue");
+  nlohmann::json decode_rows = nlohmann::json::array();
+  for (int batch : batches) {
+    for (int ctx : contexts) {
+      const double kv_bytes = static_cast<double>(batch) * ctx * m->kv_bytes_per_token();
+      std::size_t free_now = 0, total_now = 0;
+      cudaMemGetInfo(&free_now, &total_now);
+      if (kv_bytes > 0.95 * static_cast<double>(free_now)) {
+        std::printf("%-6d %-7d   skipped: KV %.1f GB > free %.1f GB\n", batch, ctx, kv_bytes / 1e9,
+                    static_cast<double>(free_now) / 1e9);
+        decode_rows.push_back({{"batch", batch}, {"context", ctx}, {"skipped", "KV does not fit"}});
+        continue;
+      }
+      auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), batch, ctx));
+      HybridBatch b;
+      for (int i = 0; i < batch; ++i) {
+        b.decodes.push_back({.slot = i, .cached_len = ctx - 1, .num_new = 1, .token_offset = i});
+        b.token_ids.push_back((17 * i + 3) % c.vocab_size);
+        b.positions.push_back(ctx - 1);
+      }
+      const StepTiming t = time_steps(*m, b, kv.views(), a.iters);
+      const double roof_ms = (weights_read + kv_bytes) / kBandwidthCeiling * 1e3;
+      const double tbs = (weights_read + kv_bytes) / (t.gpu_ms * 1e-3) / 1e12;
+      std::printf("%-6d %-7d %10.3f %10.3f %8.2fx %8.2f | %8.3f %8.3f %8.3f %9.3f\n", batch, ctx,
+                  t.gpu_ms, roof_ms, t.gpu_ms / roof_ms, tbs, t.ops.gemm_ms, t.ops.attention_ms,
+                  t.ops.other_ms, t.enqueue_ms);
+      decode_rows.push_back({{"batch", batch},
+                             {"context", ctx},
+                             {"step_ms", t.gpu_ms},
+                             {"roofline_ms", roof_ms},
+                             {"ratio_to_roofline", t.gpu_ms / roof_ms},
+                             {"achieved_tb_s", tbs},
+                             {"gemm_ms", t.ops.gemm_ms},
+                             {"attention_ms", t.ops.attention_ms},
+                             {"other_ms", t.ops.other_ms},
+                             {"enqueue_ms", t.enqueue_ms}});
+    }
+  }
+  report["decode"] = decode_rows;
+
+  std::printf("\n%-8s %10s %10s %10s %8s | %8s %8s %8s\n", "prefill", "ms", "TFLOP/s", "roofline",
+              "of roof", "gemm", "attn", "other");
+  nlohmann::json prefill_rows = nlohmann::json::array();
+  const double linear_params =
+      static_cast<double>(c.num_layers) *
+      (static_cast<double>(c.hidden_size) * (c.q_size() + 2 * c.kv_size()) +
+       static_cast<double>(c.q_size()) * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
+  for (int n : prefills) {
+    auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 1, n));
+    HybridBatch b;
+    b.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = n, .token_offset = 0});
+    for (int i = 0; i < n; ++i) {
+      b.token_ids.push_back((31 * i + 7) % c.vocab_size);
+      b.positions.push_back(i);
+    }
+    const StepTiming t = time_steps(*m, b, kv.views(), std::max(3, a.iters / 3));
+    // Causal attention: QK^T and PV over n(n+1)/2 pairs per head.
+    const double attn_flops =
+        4.0 * c.num_layers * c.num_q_heads * c.head_dim * (static_cast<double>(n) * (n + 1) / 2.0);
+    const double flops = 2.0 * n * linear_params + attn_flops +
+                         2.0 * static_cast<double>(c.vocab_size) * c.hidden_size;
+    const double roof_ms = flops / kFlopCeiling * 1e3;
+    const double tflops = flops / (t.gpu_ms * 1e-3) / 1e12;
+    std::printf("%-8d %10.2f %10.1f %10.2f %7.1f%% | %8.2f %8.2f %8.2f\n", n, t.gpu_ms, tflops,
+                roof_ms, 100.0 * roof_ms / t.gpu_ms, t.ops.gemm_ms, t.ops.attention_ms,
+                t.ops.other_ms);
+    prefill_rows.push_back({{"tokens", n},
+                            {"ms", t.gpu_ms},
+                            {"tflops", tflops},
+                            {"roofline_ms", roof_ms},
+                            {"fraction_of_roofline", roof_ms / t.gpu_ms},
+                            {"tokens_per_s", n / (t.gpu_ms * 1e-3)},
+                            {"gemm_ms", t.ops.gemm_ms},
+                            {"attention_ms", t.ops.attention_ms},
+                            {"other_ms", t.ops.other_ms},
+                            {"enqueue_ms", t.enqueue_ms}});
+  }
+  report["prefill"] = prefill_rows;
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    out << report.dump(1) << "\n";
+    if (!out) fail("cannot write " + a.json);
+  }
+}
+
+}  // namespace
+
+void add_model_bench(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("model", "Model runtime: decode steps and prefill vs rooflines");
+  auto a = std::make_shared<ModelBenchArgs>();
+  cmd->add_option("--model", a->model, "Model folder (e.g. vpod make-model --preset llama3-8b)")
+      ->required();
+  cmd->add_option("--batches", a->batches, "Decode batch sizes")->capture_default_str();
+  cmd->add_option("--contexts", a->contexts, "Decode context lengths")->capture_default_str();
+  cmd->add_option("--prefills", a->prefills, "Prefill prompt lengths")->capture_default_str();
+  cmd->add_option("--iters", a->iters, "Timed steps per point")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "bf16 or fp16")->capture_default_str();
+  cmd->add_option("--attention", a->attention, "kernels or simple")->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                  "Fraction of GPU memory vpod may use")
+      ->capture_default_str();
+  cmd->add_option("--json", a->json, "Write the results as JSON");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace vpod::bench

@@ -1,0 +1,113 @@
+// RoPE on q and k fused with the append of k and v to the KV cache: one CTA
+// per token; the rotated k is written to the cache (and back in place, for
+// attention kernels that read the step's k directly).
+#include "common/cuda_check.h"
+#include "kernels/dtype_dispatch.cuh"
+#include "kernels/rope/rope.h"
+
+namespace vpod::kernels {
+
+namespace {
+
+struct RopeKernelParams {
+  void* q;  // [T, q_heads, D] at q_stride
+  void* k;  // [T, kv_heads, D] at k_stride
+  const void* v;
+  std::int64_t q_stride, k_stride, v_stride;
+  const std::int32_t* positions;
+  const std::int32_t* slots;
+  const std::int32_t* kv_index;
+  const float* inv_freq;
+  void* cache_k;
+  void* cache_v;
+  std::int64_t slot_stride, token_stride, head_stride;
+  int q_heads, kv_heads, head_dim;
+};
+
+template <typename T>
+__global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p) {
+  const int t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const float pos = static_cast<float>(p.positions[t]);
+  const int slot = p.slots[t];
+  const std::int64_t cache_row =
+      slot >= 0 ? slot * p.slot_stride + static_cast<std::int64_t>(p.kv_index[t]) * p.token_stride
+                : 0;
+  T* q = static_cast<T*>(p.q) + t * p.q_stride;
+  T* k = static_cast<T*>(p.k) + t * p.k_stride;
+  const T* v = static_cast<const T*>(p.v) + t * p.v_stride;
+  T* ck = static_cast<T*>(p.cache_k);
+  T* cv = static_cast<T*>(p.cache_v);
+  // Rotation pairs (head, i) for q heads then k heads.
+  const int pairs = (p.q_heads + p.kv_heads) * half;
+  for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+    const int head = idx / half;
+    const int i = idx % half;
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    const bool is_q = head < p.q_heads;
+    const int h = is_q ? head : head - p.q_heads;
+    T* x = (is_q ? q : k) + static_cast<std::int64_t>(h) * p.head_dim;
+    const float a = to_float(x[i]);
+    const float b = to_float(x[i + half]);
+    const T ra = from_float<T>(a * c - b * s);
+    const T rb = from_float<T>(b * c + a * s);
+    x[i] = ra;
+    x[i + half] = rb;
+    if (!is_q && slot >= 0) {
+      T* dst = ck + cache_row + static_cast<std::int64_t>(h) * p.head_stride;
+      dst[i] = ra;
+      dst[i + half] = rb;
+    }
+  }
+  if (slot < 0) return;
+  for (int idx = threadIdx.x; idx < p.kv_heads * p.head_dim; idx += blockDim.x) {
+    const int h = idx / p.head_dim;
+    const int d = idx % p.head_dim;
+    cv[cache_row + static_cast<std::int64_t>(h) * p.head_stride + d] = v[idx];
+  }
+}
+
+}  // namespace
+
+void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
+  const TensorView& q = a.q;
+  const TensorView& k = a.k;
+  const TensorView& v = a.v;
+  VPOD_CHECK_MSG(q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && q.size(0) == k.size(0) &&
+                     v.size(0) == k.size(0) && q.size(2) == a.kv.head_dim &&
+                     k.size(2) == a.kv.head_dim && k.size(1) == a.kv.num_kv_heads &&
+                     v.size(1) == a.kv.num_kv_heads && q.stride(1) == q.size(2) &&
+                     k.stride(1) == k.size(2) && v.stride(1) == v.size(2) && q.stride(2) == 1,
+                 "rope_kv_append_gpu shapes: q " + q.to_string() + ", k " + k.to_string());
+  VPOD_CHECK_MSG(q.dtype() == a.kv.dtype && k.dtype() == a.kv.dtype && v.dtype() == a.kv.dtype &&
+                     a.kv.device == Device::cuda,
+                 "rope_kv_append_gpu: q/k/v and the cache must share one dtype on the GPU");
+  const int tokens = static_cast<int>(q.size(0));
+  if (tokens == 0) return;
+  RopeKernelParams p{};
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.q_stride = q.stride(0);
+  p.k_stride = k.stride(0);
+  p.v_stride = v.stride(0);
+  p.positions = a.positions;
+  p.slots = a.slots;
+  p.kv_index = a.kv_index;
+  p.inv_freq = a.inv_freq;
+  p.cache_k = a.kv.k;
+  p.cache_v = a.kv.v;
+  p.slot_stride = a.kv.slot_stride;
+  p.token_stride = a.kv.token_stride;
+  p.head_stride = a.kv.head_stride;
+  p.q_heads = static_cast<int>(q.size(1));
+  p.kv_heads = a.kv.num_kv_heads;
+  p.head_dim = a.kv.head_dim;
+  constexpr int kThreads = 256;
+  VPOD_DISPATCH_DTYPE(q.dtype(), T,
+                      { rope_kv_append_kernel<T><<<tokens, kThreads, 0, stream>>>(p); });
+  VPOD_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vpod::kernels

@@ -1,0 +1,58 @@
+// Token sampling from one row of logits: penalties, temperature, top-k,
+// top-p, min-p, then an exact draw by the Gumbel-max trick with a
+// counter-based RNG, so a request's k-th token depends only on (seed, k) and
+// its logits: reproducible across batch composition and preemption.
+//
+// Order (vLLM's): suppressed ids -> -inf; repetition penalty over prompt and
+// output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
+// output ids (l -= presence * [count > 0] + frequency * count); logprobs are
+// log_softmax of these processed logits (before temperature); greedy
+// (temperature 0) takes the argmax (lowest id on ties); otherwise l /= T,
+// top-k keeps the k largest (ties at the k-th value kept), top-p keeps the
+// most likely tokens until their probability mass reaches p, min-p drops
+// tokens whose probability is below min_p * p_max, and the token is
+// argmax(l_i + g_i) over the kept ids with g_i = -log(-log(u_i)),
+//   u_i = ((splitmix64(splitmix64(seed ^ splitmix64(index)) + id) >> 40) + 0.5) * 2^-24.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace vpod::kernels {
+
+struct SamplingConfig {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // <= 0: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::uint64_t seed = 0;
+  std::uint64_t index = 0;   // which output token of the request this is
+  int num_top_logprobs = 0;  // top-N logprobs to return
+};
+
+struct TokenLogprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  std::int32_t token = 0;
+  float logprob = 0.0f;           // of `token`, from the processed logits
+  std::vector<TokenLogprob> top;  // most likely first, num_top_logprobs entries
+};
+
+// The uniform in (0, 1) of (seed, index, id) described above.
+float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
+
+// CPU reference. `prompt_ids` and `output_ids` feed the penalties;
+// `suppressed_ids` are never sampled.
+SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
+                        std::span<const std::int32_t> prompt_ids,
+                        std::span<const std::int32_t> output_ids,
+                        std::span<const std::int32_t> suppressed_ids = {});
+
+}  // namespace vpod::kernels
