@@ -7,6 +7,7 @@
 
 namespace vpod::bench {
 
+void add_serve_bench(CLI::App& bench);      // bench/serve_bench.cpp
 void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
 
 }  // namespace vpod::bench

@@ -137,6 +137,21 @@ Result<std::string> OpenAiClient::detokenize(const std::string& model,
   return out["prompt"].get<std::string>();
 }
 
+Result<std::string> OpenAiClient::metrics_text() const {
+  auto client = make_client(address_, timeout_s_);
+  const std::string path = address_.path_prefix + "/metrics";
+  httplib::Result res = client->Get(path, make_headers(api_key_));
+  if (!res) {
+    return unavailable(
+        fmt::format("GET {}{}: {}", address_.origin, path, httplib::to_string(res.error())));
+  }
+  if (res->status != 200) {
+    return unavailable(fmt::format("GET {}{}: {}", address_.origin, path,
+                                   describe_http_error(res->status, res->body)));
+  }
+  return res->body;
+}
+
 RequestResult OpenAiClient::stream(const StreamRequest& request) const {
   RequestResult result;
   result.prompt_len = static_cast<int>(request.prompt_ids.size());

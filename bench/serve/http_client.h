@@ -35,6 +35,9 @@ class OpenAiClient {
   // POST /detokenize.
   Result<std::string> detokenize(const std::string& model, std::span<const std::int32_t> ids) const;
 
+  // GET /metrics: the Prometheus text.
+  Result<std::string> metrics_text() const;
+
   // Streams one completion and measures it (times relative to the send).
   // prompt_len in the result is the prompt's token count as sent, replaced
   // by usage.prompt_tokens when the server reports it.

@@ -9,6 +9,7 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   // One line per benchmark: bench::add_<name>_bench(*bench);
   bench::add_tokenizer_bench(*bench);
+  bench::add_serve_bench(*bench);
 }
 
 }  // namespace vpod::cli

@@ -34,6 +34,9 @@ class StreamingServer : public ::testing::Test {
       res.set_content(R"({"object":"list","data":[{"id":"tiny","object":"model"}]})",
                       "application/json");
     });
+    server_.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("vpod_time_to_first_token_seconds_sum 1.5\n", "text/plain; version=0.0.4");
+    });
     server_.Post("/tokenize", [](const httplib::Request& req, httplib::Response& res) {
       const json body = json::parse(req.body);
       EXPECT_EQ(body["add_special_tokens"], false);
@@ -138,6 +141,9 @@ TEST_F(StreamingServer, ListsModelsAndTokenizes) {
   const auto ids = client().tokenize("tiny", "pi");
   ASSERT_TRUE(ids.ok()) << ids.status().to_string();
   EXPECT_EQ(*ids, (std::vector<std::int32_t>{3, 1, 4, 1, 5}));
+  const auto metrics = client().metrics_text();
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(*metrics, "vpod_time_to_first_token_seconds_sum 1.5\n");
   // No /detokenize route: a clear error, not a crash.
   const std::vector<std::int32_t> one = {1};
   EXPECT_FALSE(client().detokenize("tiny", one).ok());

@@ -1,0 +1,68 @@
+#include "bench/serve/prometheus.h"
+
+#include <charconv>
+#include <cmath>
+#include <string>
+
+namespace vpod::bench::serve {
+
+std::optional<double> prometheus_sample(std::string_view text, std::string_view name) {
+  std::optional<double> total;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.empty() || line.front() == '#' || !line.starts_with(name)) continue;
+    std::string_view rest = line.substr(name.size());
+    if (!rest.empty() && rest.front() == '{') {  // labels; values may hold '}' inside quotes
+      bool quoted = false;
+      std::size_t i = 1;
+      for (; i < rest.size(); ++i) {
+        if (rest[i] == '\\') {
+          ++i;
+        } else if (rest[i] == '"') {
+          quoted = !quoted;
+        } else if (rest[i] == '}' && !quoted) {
+          break;
+        }
+      }
+      if (i >= rest.size()) continue;
+      rest.remove_prefix(i + 1);
+    }
+    if (rest.empty() || (rest.front() != ' ' && rest.front() != '\t')) continue;  // longer name
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
+    const std::string value_text(rest.substr(0, rest.find_first_of(" \t\r")));
+    double value = 0.0;
+    if (value_text == "+Inf") {
+      value = INFINITY;
+    } else if (value_text == "-Inf") {
+      value = -INFINITY;
+    } else {
+      const auto [ptr, ec] =
+          std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
+      if (ec != std::errc() || ptr != value_text.data() + value_text.size()) continue;
+    }
+    total = total.value_or(0.0) + value;
+  }
+  return total;
+}
+
+std::optional<HistogramTotals> prometheus_histogram(std::string_view text,
+                                                    std::string_view histogram) {
+  const std::string base(histogram);
+  const auto sum = prometheus_sample(text, base + "_sum");
+  const auto count = prometheus_sample(text, base + "_count");
+  if (!sum || !count) return std::nullopt;
+  return HistogramTotals{*sum, *count};
+}
+
+std::optional<double> mean_between(const HistogramTotals& before, const HistogramTotals& after) {
+  const double count = after.count - before.count;
+  if (!(count > 0.0)) return std::nullopt;
+  return (after.sum - before.sum) / count;
+}
+
+}  // namespace vpod::bench::serve
