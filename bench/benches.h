@@ -8,6 +8,9 @@
 namespace vpod::bench {
 
 void add_serve_bench(CLI::App& bench);      // bench/serve_bench.cpp
+void add_attention_bench(CLI::App& bench);  // bench/attention_bench.cpp
+void add_model_bench(CLI::App& bench);      // bench/model_bench.cpp
+void add_kvcache_bench(CLI::App& bench);    // bench/kvcache_bench.cpp
 void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
 
 }  // namespace vpod::bench
