@@ -100,5 +100,30 @@ TEST(Sampling, PenaltiesAndSuppression) {
   EXPECT_EQ(sample_ref(kLogits, c, prompt, {}).token, 4);
 }
 
+TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
+  SamplingWorkspace ws(static_cast<int>(kLogits.size()));
+  SampleResult out;
+  SamplingConfig penalized;
+  penalized.temperature = 0.0f;
+  penalized.repetition_penalty = 2.0f;
+  penalized.frequency_penalty = 1.0f;
+  const std::vector<std::int32_t> history = {1, 4, 4, 2};
+  sample(kLogits, penalized, history, history, {}, ws, out);
+  EXPECT_EQ(out.token, sample_ref(kLogits, penalized, history, history).token);
+  // The next call, with no penalties, sees none of the previous one's counts.
+  SamplingConfig plain;
+  plain.temperature = 0.9f;
+  plain.top_k = 3;
+  plain.num_top_logprobs = 2;
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    plain.index = i;
+    sample(kLogits, plain, {}, {}, {}, ws, out);
+    const SampleResult want = sample_ref(kLogits, plain, {}, {});
+    EXPECT_EQ(out.token, want.token);
+    ASSERT_EQ(out.top.size(), 2u);
+    EXPECT_EQ(out.top[0].token, want.top[0].token);
+  }
+}
+
 }  // namespace
 }  // namespace vpod::kernels

@@ -45,11 +45,29 @@ struct SampleResult {
   std::vector<TokenLogprob> top;  // most likely first, num_top_logprobs entries
 };
 
+// Scratch buffers of sample(), sized once for a vocabulary: the step loop
+// samples without allocating (SampleResult::top is reserved too).
+struct SamplingWorkspace {
+  explicit SamplingWorkspace(int vocab_size = 0) { reserve(vocab_size); }
+  void reserve(int vocab_size);
+  std::vector<float> logits;          // processed logits
+  std::vector<float> scaled;          // / temperature
+  std::vector<std::int32_t> order;    // candidate ids
+  std::vector<std::int32_t> counts;   // output-token counts (penalties), zero between calls
+  std::vector<std::uint8_t> flags;    // seen-in-history marks / kept marks
+  std::vector<std::int32_t> touched;  // ids whose counts/flags are set
+};
+
 // The uniform in (0, 1) of (seed, index, id) described above.
 float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
 
-// CPU reference. `prompt_ids` and `output_ids` feed the penalties;
-// `suppressed_ids` are never sampled.
+// Samples into `out` using `ws` (no allocation once both are sized).
+void sample(std::span<const float> logits, const SamplingConfig& config,
+            std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
+            std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& out);
+
+// CPU reference (allocates its own workspace). `prompt_ids` and `output_ids`
+// feed the penalties; `suppressed_ids` are never sampled.
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
