@@ -43,20 +43,6 @@ namespace {
 using namespace serve;
 using nlohmann::json;
 
-// Text tokenized by the server to learn token ids of its vocabulary: prompts
-// are drawn from these ids, so they are valid for any tokenizer and their
-// length is exact (they are sent as ids, not re-tokenized text).
-constexpr const char* kVocabularyText =
-    "Large language model inference proceeds in two phases. The prefill phase reads the whole "
-    "prompt at once and is limited by arithmetic throughput; the decode phase produces one token "
-    "per step and is limited by memory bandwidth, because every step reads the weights and the "
-    "key-value cache of each running request. Serving systems therefore batch many requests, "
-    "split long prompts into chunks, and mix chunks with decodes in hybrid batches. Summaries of "
-    "scientific articles make long prompts with short answers: the abstract of a paper about "
-    "galaxies, proteins, graphs, turbulence or number theory is a few hundred words, while the "
-    "article itself holds thousands. 0123456789 +-*/=<>()[]{} #$%&@!? \"quoted\" 'text', and "
-    "symbols; Émile, naïve café, Zürich, 東京, München.";
-
 struct Args {
   std::string base_url;
   std::string endpoint = "completions";
@@ -135,7 +121,7 @@ std::vector<RequestLengths> make_lengths(const Args& a) {
 
 std::vector<std::int32_t> vocabulary_pool(const OpenAiClient& client, const Args& a,
                                           const std::string& model) {
-  auto ids = client.tokenize(model, kVocabularyText);
+  auto ids = client.tokenize(model, kVocabularySampleText);
   if (ids.ok() && !ids->empty()) {
     const std::set<std::int32_t> unique(ids->begin(), ids->end());
     return {unique.begin(), unique.end()};

@@ -77,6 +77,20 @@ std::vector<RequestLengths> sample_arxiv_lengths(int num_requests, const ArxivLe
 // one request per line.
 Result<std::vector<RequestLengths>> parse_trace_csv(std::string_view text);
 
+// Text the served tokenizer encodes to give token ids of its vocabulary:
+// prompts are drawn from these ids, so they are valid for any tokenizer and
+// their length is exact (they are sent as ids, not re-tokenized text).
+inline constexpr const char* kVocabularySampleText =
+    "Large language model inference proceeds in two phases. The prefill phase reads the whole "
+    "prompt at once and is limited by arithmetic throughput; the decode phase produces one token "
+    "per step and is limited by memory bandwidth, because every step reads the weights and the "
+    "key-value cache of each running request. Serving systems therefore batch many requests, "
+    "split long prompts into chunks, and mix chunks with decodes in hybrid batches. Summaries of "
+    "scientific articles make long prompts with short answers: the abstract of a paper about "
+    "galaxies, proteins, graphs, turbulence or number theory is a few hundred words, while the "
+    "article itself holds thousands. 0123456789 +-*/=<>()[]{} #$%&@!? \"quoted\" 'text', and "
+    "symbols; Émile, naïve café, Zürich, 東京, München.";
+
 // A prompt of exactly `length` token ids drawn uniformly from `pool` (ids the
 // served tokenizer produced, hence valid for its vocabulary).
 std::vector<std::int32_t> make_prompt_ids(std::span<const std::int32_t> pool, int length,
