@@ -159,6 +159,11 @@ std::vector<RequestLengths> sample_arxiv_lengths(int num_requests, const ArxivLe
   return out;
 }
 
+int output_len_for_pd_ratio(int input_len, double pd_ratio) {
+  VPOD_CHECK(input_len >= 1 && pd_ratio > 0.0);
+  return std::max(1, static_cast<int>(std::lround(input_len / pd_ratio)));
+}
+
 Result<std::vector<RequestLengths>> parse_trace_csv(std::string_view text) {
   std::vector<RequestLengths> out;
   int input_col = -1, output_col = -1;

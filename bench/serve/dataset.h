@@ -72,6 +72,10 @@ Status validate(const ArxivLengths& spec);
 std::vector<RequestLengths> sample_arxiv_lengths(int num_requests, const ArxivLengths& spec,
                                                  std::uint64_t seed);
 
+// Output tokens for a prompt of `input_len` tokens at a prefill-to-decode
+// ratio (prompt tokens / output tokens, as the papers define it), at least 1.
+int output_len_for_pd_ratio(int input_len, double pd_ratio);
+
 // A CSV trace: a header naming the columns (num_prefill_tokens and
 // num_decode_tokens, or input_len and output_len; others are ignored), then
 // one request per line.

@@ -82,6 +82,13 @@ TEST(ArxivLengths, LargerContextKeepsTheDistributionAndSmallOnesAreRejected) {
   for (const auto& r : lengths) EXPECT_LE(r.input_len + r.output_len, 32768);
 }
 
+TEST(PdRatio, OutputTokensArePromptOverRatioRoundedAndAtLeastOne) {
+  EXPECT_EQ(output_len_for_pd_ratio(16384, 50), 328);   // 327.68
+  EXPECT_EQ(output_len_for_pd_ratio(16384, 100), 164);  // 163.84
+  EXPECT_EQ(output_len_for_pd_ratio(8192, 500), 16);    // 16.384
+  EXPECT_EQ(output_len_for_pd_ratio(100, 1000), 1);
+}
+
 TEST(TraceCsv, ReadsVidurColumnsInAnyOrder) {
   const auto trace = parse_trace_csv(
       "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
