@@ -293,3 +293,53 @@ CASES = [
     ("syntax_empty_print", "{{ }}", {}),
     ("syntax_missing_in", "{% for x y %}{% endfor %}", {}),
 ]
+
+
+def random_whitespace_cases(seed=7, count=300):
+    """Random nestings of tags, text and whitespace with random -/+ markers.
+
+    Whitespace control (trim_blocks, lstrip_blocks, '-' and '+') is where an
+    engine most easily differs from jinja2; these cases cover its combinations
+    far beyond what hand-written ones do. Deterministic for a given seed.
+    """
+    import random
+
+    rng = random.Random(seed)
+    texts = ["a", "b c", " ", "  ", "\t", "\n", "\n\n", " \n", "\n  ", "\t\n\t", "x\n  y", "é ", "\u3000"]
+
+    def sign(allow_plus=True):
+        return rng.choice(["", "", "-", "+"] if allow_plus else ["", "", "-"])
+
+    def text():
+        return "".join(rng.choice(texts) for _ in range(rng.randint(0, 3)))
+
+    def block(depth):
+        kind = rng.choice(["text", "var", "comment", "set", "if", "for", "raw"] if depth < 3 else
+                          ["text", "var", "comment", "set"])
+        if kind == "text":
+            return text()
+        if kind == "var":
+            return "{{" + sign(False) + " v " + sign(False) + "}}"
+        if kind == "comment":
+            return "{#" + sign() + " note " + sign() + "#}"
+        if kind == "set":
+            return "{%" + sign() + " set v = v ~ '.' " + sign() + "%}"
+        if kind == "raw":
+            return "{%" + sign() + " raw " + sign(False) + "%}" + text() + "{{ raw }}" + text() + \
+                "{%" + sign() + " endraw " + sign() + "%}"
+        body = "".join(block(depth + 1) for _ in range(rng.randint(1, 3)))
+        if kind == "if":
+            other = "".join(block(depth + 1) for _ in range(rng.randint(0, 2)))
+            return ("{%" + sign() + " if v " + sign() + "%}" + body + "{%" + sign() + " else " + sign() +
+                    "%}" + other + "{%" + sign() + " endif " + sign() + "%}")
+        return ("{%" + sign() + " for i in [1, 2] " + sign() + "%}" + body + "{{ i }}" + "{%" + sign() +
+                " endfor " + sign() + "%}")
+
+    cases = []
+    for n in range(count):
+        template = "".join(block(0) if rng.random() < 0.7 else text() for _ in range(rng.randint(1, 5)))
+        cases.append((f"random_ws_{n:03d}", template, {"v": "V"}))
+    return cases
+
+
+CASES += random_whitespace_cases()

@@ -7,6 +7,7 @@
 
 #include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/value.h"
+#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 
@@ -36,12 +37,9 @@ size_t space_run(std::string_view s, size_t pos) {
       ++i;
       continue;
     }
-    // Multi-byte: decode one code point.
-    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-    if (i + len > s.size()) break;
-    const std::u32string cp = pystr::decode(s.substr(i, len));
-    if (cp.size() != 1 || !pystr::is_space(cp[0])) break;
-    i += len;
+    size_t next = i;
+    if (!pystr::is_space(utf8::decode(s, next))) break;
+    i = next;
   }
   return i - pos;
 }
@@ -59,9 +57,7 @@ std::string_view rstrip_space(std::string_view s) {
       continue;
     }
     // One non-space code point.
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-    i = std::min(s.size(), i + len);
+    i = std::min(s.size(), i + utf8::sequence_length(static_cast<unsigned char>(s[i])));
     keep = i;
   }
   return s.substr(0, keep);
@@ -96,15 +92,7 @@ std::string decode_string_literal(std::string_view body, int line) {
       ascii.push_back(static_cast<char>(cp));
       continue;
     }
-    char buf[16];
-    if (cp < 0x100) {
-      std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
-    } else if (cp < 0x10000) {
-      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
-    } else {
-      std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
-    }
-    ascii += buf;
+    pystr::append_escape(ascii, cp);
   }
   std::string out;
   size_t i = 0;
@@ -128,7 +116,7 @@ std::string decode_string_literal(std::string_view body, int line) {
     i += digits;
     if (cp > 0x10FFFF) fail("illegal Unicode character", line);
     if (cp >= 0xD800 && cp <= 0xDFFF) fail("surrogate code points are not supported", line);
-    pystr::append_utf8(out, cp);
+    utf8::append(out, cp);
   };
   while (i < ascii.size()) {
     const char c = ascii[i++];
@@ -160,7 +148,7 @@ std::string decode_string_literal(std::string_view body, int line) {
           for (int k = 0; k < 2 && i < ascii.size() && ascii[i] >= '0' && ascii[i] <= '7'; ++k) {
             cp = cp * 8 + (ascii[i++] - '0');
           }
-          pystr::append_utf8(out, cp);
+          utf8::append(out, cp);
         } else {
           // Python keeps unknown escapes verbatim.
           out.push_back('\\');
@@ -245,16 +233,18 @@ class Lexer {
   }
 
   // Applies `-` (strip all whitespace), `+` (keep) or lstrip_blocks to the
-  // text before a tag. `line_starting` is jinja2's flag: the previous match
-  // ended with a newline (or this is the start of the template).
+  // text before a tag. `line_starting_` is jinja2's flag: the previous match
+  // ended with a newline (or this is the start of the template). lstrip
+  // removes the text after the last newline when it is all whitespace
+  // (jinja2 3.1 tests it with re's \s+, so any Unicode whitespace).
   std::string_view strip_before_tag(std::string_view text, char sign, bool is_variable) const {
     if (sign == '-') return rstrip_space(text);
     if (sign == '+' || !options_.lstrip_blocks || is_variable) return text;
     const size_t nl = text.rfind('\n');
     const size_t l_pos = nl == std::string_view::npos ? 0 : nl + 1;
     if (l_pos > 0 || line_starting_) {
-      const std::string_view tail = text.substr(l_pos);
-      if (tail.find_first_not_of(" \t") == std::string_view::npos) return text.substr(0, l_pos);
+      const size_t tail = text.size() - l_pos;
+      if (tail > 0 && space_run(text, l_pos) == tail) return text.substr(0, l_pos);
     }
     return text;
   }
@@ -545,10 +535,7 @@ class Lexer {
     if (kOneChar.find(c) == std::string_view::npos) {
       std::string shown(1, c);
       if (static_cast<unsigned char>(c) >= 0x80) {
-        const size_t cp_len = (static_cast<unsigned char>(c) & 0xE0) == 0xC0   ? 2
-                              : (static_cast<unsigned char>(c) & 0xF0) == 0xE0 ? 3
-                                                                               : 4;
-        shown = std::string(s.substr(pos_, cp_len));
+        shown = std::string(s.substr(pos_, utf8::sequence_length(static_cast<unsigned char>(c))));
       }
       fail("unexpected char " + pystr::repr(shown) + " at " + std::to_string(pos_), line_);
     }

@@ -1,5 +1,7 @@
 #include "tokenizer/jinja/pystr.h"
 
+#include "tokenizer/utf8.h"
+
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -10,49 +12,6 @@
 namespace vpod::tokenizer::jinja::pystr {
 
 namespace {
-
-constexpr char32_t kReplacementChar = 0xFFFD;
-
-// Decodes one code point at s[i], advancing i; invalid sequences give U+FFFD
-// and advance one byte.
-char32_t next_cp(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) {
-    ++i;
-    return b0;
-  }
-  int len = 0;
-  char32_t cp = 0;
-  char32_t min = 0;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    ++i;
-    return kReplacementChar;
-  }
-  if (i + len > s.size()) {
-    ++i;
-    return kReplacementChar;
-  }
-  for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) {
-      ++i;
-      return kReplacementChar;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++i;
-    return kReplacementChar;
-  }
-  i += len;
-  return cp;
-}
 
 bool is_cased_category(utf8proc_category_t c) {
   return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
@@ -98,7 +57,7 @@ bool all_nonempty(std::string_view s, Pred pred) {
   if (s.empty()) return false;
   size_t i = 0;
   while (i < s.size()) {
-    if (!pred(next_cp(s, i))) return false;
+    if (!pred(utf8::decode(s, i))) return false;
   }
   return true;
 }
@@ -109,51 +68,29 @@ std::u32string decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
   size_t i = 0;
-  while (i < s.size()) out.push_back(next_cp(s, i));
+  while (i < s.size()) out.push_back(utf8::decode(s, i));
   return out;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 std::string encode(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t cp : s) append_utf8(out, cp);
+  for (char32_t cp : s) utf8::append(out, cp);
   return out;
 }
 
-int64_t length(std::string_view s) {
-  int64_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
+int64_t length(std::string_view s) { return static_cast<int64_t>(utf8::count_chars(s)); }
 
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t start = i;
-    const char32_t cp = next_cp(s, i);
-    if (cp == kReplacementChar && !(i - start == 3 && s.substr(start, 3) == "\xEF\xBF\xBD")) {
-      return false;
-    }
+void append_escape(std::string& out, char32_t cp) {
+  char buf[16];
+  if (cp < 0x100) {
+    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
+  } else if (cp < 0x10000) {
+    std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+  } else {
+    std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
   }
-  return true;
+  out += buf;
 }
 
 bool is_space(char32_t cp) {
@@ -278,7 +215,7 @@ std::string replace(std::string_view s, std::string_view old_sub, std::string_vi
     while (i < s.size()) {
       if (count-- > 0) out.append(new_sub);
       const size_t start = i;
-      next_cp(s, i);
+      utf8::decode(s, i);
       out.append(s.substr(start, i - start));
     }
     if (count-- > 0) out.append(new_sub);
@@ -335,7 +272,7 @@ static std::string map_cps(std::string_view s, F f) {
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
-  while (i < s.size()) append_utf8(out, f(next_cp(s, i)));
+  while (i < s.size()) utf8::append(out, f(utf8::decode(s, i)));
   return out;
 }
 
@@ -373,7 +310,7 @@ bool is_upper(std::string_view s) {
   bool any_cased = false;
   size_t i = 0;
   while (i < s.size()) {
-    const auto c = category(next_cp(s, i));
+    const auto c = category(utf8::decode(s, i));
     if (c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT) return false;
     any_cased |= c == UTF8PROC_CATEGORY_LU;
   }
@@ -384,7 +321,7 @@ bool is_lower(std::string_view s) {
   bool any_cased = false;
   size_t i = 0;
   while (i < s.size()) {
-    const auto c = category(next_cp(s, i));
+    const auto c = category(utf8::decode(s, i));
     if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) return false;
     any_cased |= c == UTF8PROC_CATEGORY_LL;
   }
@@ -418,7 +355,7 @@ std::string repr(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const size_t start = i;
-    const char32_t cp = next_cp(s, i);
+    const char32_t cp = utf8::decode(s, i);
     if (cp == static_cast<char32_t>(quote) || cp == U'\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(cp));
@@ -429,15 +366,7 @@ std::string repr(std::string_view s) {
     } else if (cp == U'\t') {
       out += "\\t";
     } else if (!is_printable(cp)) {
-      char buf[16];
-      if (cp < 0x100) {
-        std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
-      } else if (cp < 0x10000) {
-        std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
-      } else {
-        std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
-      }
-      out += buf;
+      append_escape(out, cp);
     } else {
       out.append(s.substr(start, i - start));
     }

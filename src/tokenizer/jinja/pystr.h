@@ -11,15 +11,15 @@
 
 namespace vpod::tokenizer::jinja::pystr {
 
-// Decodes UTF-8; invalid bytes decode as U+FFFD (input strings are validated
-// at the boundary, so this only matters for hostile templates).
+// Strings are valid UTF-8: Template::parse and from_json check it at the
+// boundary, and every operation here keeps it (tokenizer/utf8.h decodes).
 std::u32string decode(std::string_view s);
 std::string encode(std::u32string_view s);
-void append_utf8(std::string& out, char32_t cp);
 // Number of code points.
 int64_t length(std::string_view s);
-// Whether `s` is valid UTF-8 (no surrogates, no overlongs).
-bool valid_utf8(std::string_view s);
+// Appends \xhh, \uhhhh or \Uhhhhhhhh for `cp`, as Python's repr and
+// unicode-escape spell it.
+void append_escape(std::string& out, char32_t cp);
 
 // Python's str.isspace() for one code point (also what `\s` matches in re).
 bool is_space(char32_t cp);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/jinja/parser.h"
+#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 
@@ -63,6 +64,9 @@ Result<Template> Template::parse(std::string_view source, const TemplateOptions&
   if (source.size() > options.max_template_bytes) {
     return out_of_range("template is " + std::to_string(source.size()) + " bytes, over the " +
                         std::to_string(options.max_template_bytes) + "-byte limit");
+  }
+  if (const size_t valid = utf8::valid_prefix_length(source); valid != source.size()) {
+    return invalid_argument("template is not valid UTF-8 (at byte " + std::to_string(valid) + ")");
   }
   ParseOptions parse_options;
   parse_options.lexer.trim_blocks = options.trim_blocks;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/jinja/pystr.h"
+#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 
@@ -284,7 +285,11 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
       return Value(static_cast<double>(u));
     }
     case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get_ref<const std::string&>());
+    case nlohmann::ordered_json::value_t::string: {
+      const std::string& s = j.get_ref<const std::string&>();
+      if (!utf8::is_valid(s)) throw_runtime("template variables contain invalid UTF-8");
+      return Value(s);
+    }
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -293,7 +298,10 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
-      for (const auto& [k, item] : j.items()) d.set(Value(k), from_json(item, depth + 1));
+      for (const auto& [k, item] : j.items()) {
+        if (!utf8::is_valid(k)) throw_runtime("template variables contain invalid UTF-8");
+        d.set(Value(k), from_json(item, depth + 1));
+      }
       return Value(std::move(d));
     }
     default: throw_runtime("unsupported JSON value (binary or discarded)");
