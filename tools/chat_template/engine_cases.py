@@ -343,3 +343,81 @@ def random_whitespace_cases(seed=7, count=300):
 
 
 CASES += random_whitespace_cases()
+
+
+def random_expression_cases(seed=11, count=600):
+    """Random expressions over literals, variables, operators, filters, tests
+    and methods, printed with {{ }}: checks Python semantics (repr, numbers,
+    comparisons, str methods, filters) far beyond the hand-written cases.
+    Errors only need to be errors of the same kind (their wording may differ).
+    Filters that return generators in jinja2 are followed by `| list`: vpod
+    evaluates them eagerly, so only a consumed generator behaves the same.
+    """
+    import random
+
+    rng = random.Random(seed)
+    variables = {
+        "s": "Hello, Wörld! ",
+        "e": "",
+        "n": 7,
+        "m": -3,
+        "f": 2.5,
+        "z": 0,
+        "t": True,
+        "l": [3, 1, 2],
+        "w": ["b", "A", "c", "a"],
+        "d": {"k": "v", "n": 1, "x": [1, 2]},
+        "msgs": [{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yo\n"}],
+        "nil": None,
+    }
+    atoms = ["s", "e", "n", "m", "f", "z", "t", "l", "w", "d", "msgs", "nil", "undef", "0", "1", "-1", "2",
+             "10", "3.5", "0.1", "1e3", "'a'", "'ab c'", "\"it's\"", "'é😀'", "''", "true", "false", "none",
+             "[]", "[1, 'x']", "{}", "{'a': 1}", "(1, 2)", "d.k", "d['n']", "d.x", "l[0]", "l[-1]", "w[1:]",
+             "msgs[0].content", "msgs[-1]['role']", "s[::-1]", "s[2:5]", "d.missing", "l[9]"]
+    binops = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">=", "in", "not in",
+              "and", "or"]
+    filters = ["length", "upper", "lower", "title", "capitalize", "trim", "string", "int", "float", "abs",
+               "round", "first", "last", "list", "sort", "unique | list", "reverse | list", "tojson", "join",
+               "join(', ')",
+               "default('D')", "default('D', true)", "replace('l', 'L')", "sum", "min", "max",
+               "dictsort", "batch(2) | list", "indent(2)", "center(9)", "wordcount", "map('upper') | list",
+               "map(attribute='role') | list", "select('odd') | list", "reject('none') | list",
+               "selectattr('role', 'eq', 'user') | list", "map('string') | join('-')", "tojson(indent=1)",
+               "e", "count", "int(5)", "float(1.5)", "round(1, 'ceil')", "sort(reverse=true)",
+               "unique(true) | list", "first | string", "trim('H')", "items | list"]
+    tests = ["defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "iterable",
+             "sequence", "boolean", "true", "false", "odd", "even", "divisibleby 3", "eq 7", "lt 3",
+             "in [1, 2, 3]", "lower", "upper", "callable", "sameas none"]
+    methods = ["strip()", "lstrip('H')", "rstrip()", "split()", "split(',')", "split(' ', 1)", "rsplit(',', 1)",
+               "startswith('He')", "endswith(' ')", "upper()", "lower()", "title()", "replace('o', '0')",
+               "find('o')", "count('l')", "splitlines()", "isdigit()", "capitalize()", "get('k')",
+               "get('zz', 0)", "items()", "keys()", "values()", "index(1)", "strip('! ')", "zfill(4)",
+               "partition(',')", "removeprefix('He')"]
+
+    def expr(depth):
+        r = rng.random()
+        if depth >= 3 or r < 0.3:
+            return rng.choice(atoms)
+        if r < 0.55:
+            op = rng.choice(binops)
+            return f"({expr(depth + 1)} {op} {expr(depth + 1)})"
+        if r < 0.72:
+            return f"({expr(depth + 1)} | {rng.choice(filters)})"
+        if r < 0.82:
+            neg = rng.choice(["", "not "])
+            return f"({expr(depth + 1)} is {neg}{rng.choice(tests)})"
+        if r < 0.92:
+            return f"{rng.choice(['s', 'd', 'l', 'w', 'e', 'msgs[0].content', 'd.k', 'n'])}.{rng.choice(methods)}"
+        if r < 0.96:
+            return f"({expr(depth + 1)} if {expr(depth + 1)} else {expr(depth + 1)})"
+        return f"(not {expr(depth + 1)})"
+
+    cases = []
+    for n in range(count):
+        cases.append((f"random_expr_{n:03d}", "{{ " + expr(0) + " }}", variables))
+    return cases
+
+
+# Random expressions whose errors are compared by kind only.
+LOOSE_ERROR_PREFIX = "random_expr_"
+CASES += random_expression_cases()

@@ -27,6 +27,11 @@ DATA = REPO / "tests" / "tokenizer" / "data" / "chat"
 # strftime_now() sees this instant in the goldens (the C++ tests fix the same).
 FIXED_NOW = datetime.datetime(2024, 7, 26, 13, 5, 9)
 
+# What Python prints for iterators and views (map/select results, dict.items()):
+# vpod makes lists of them, so random cases that print one are left out.
+UNPRINTABLE_MARKERS = ["<generator object", " at 0x", "iterator object", "dict_items(", "dict_keys(",
+                       "dict_values(", "<built-in method", "<bound method", "<function "]
+
 # The fixture tokenizers whose tokenizer_config.json templates are tested.
 FIXTURE_MODELS = ["llama3", "qwen3", "mistral"]
 
@@ -141,6 +146,11 @@ def engine_goldens():
         names.add(name)
         record = {"name": name, "template": template, "variables": variables}
         record.update(result_record(hf_env.render(template, variables, FIXED_NOW)))
+        if name.startswith(engine_cases.LOOSE_ERROR_PREFIX):
+            if "error" in record:
+                record["error"]["loose"] = True
+            elif any(m in record["expected"] for m in UNPRINTABLE_MARKERS):
+                continue  # prints a Python iterator object: a documented difference
         out.append(record)
     return out
 

@@ -477,6 +477,8 @@ Value f_upper(Renderer& r, const Value& v, CallArgs& args) {
 
 Value f_map(Renderer& r, const Value& v, CallArgs& args) {
   std::vector<Value> out;
+  // jinja2's do_map only iterates a truthy value: `0 | map(...)` is empty.
+  const bool iterate_input = truthy(v);
   if (args.positional.empty()) {
     // map(attribute='x', default=...)
     std::optional<Value> attribute;
@@ -491,6 +493,7 @@ Value f_map(Renderer& r, const Value& v, CallArgs& args) {
       }
     }
     if (!attribute) throw_runtime("map requires a filter argument");
+    if (!iterate_input) return r.make_list({});
     for (const Value& item : iterate(v)) {
       Value x = get_attribute_path(r, item, *attribute);
       if (x.is_undefined() && !fallback.is_none()) x = fallback;
@@ -502,6 +505,7 @@ Value f_map(Renderer& r, const Value& v, CallArgs& args) {
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
+  if (!iterate_input) return r.make_list({});
   for (const Value& item : iterate(v)) {
     CallArgs call_args = rest;
     out.push_back(apply_filter(r, name, item, call_args));
@@ -558,7 +562,7 @@ Value select_or_reject(Renderer& r, const Value& v, CallArgs& args, bool by_attr
   }
   test_args.keyword = args.keyword;
   std::vector<Value> out;
-  if (!truthy(v) && !v.is_object()) return r.make_list({});
+  if (!truthy(v)) return r.make_list({});  // jinja2 iterates only a truthy value
   for (const Value& item : iterate(v)) {
     const Value x = by_attribute ? get_attribute_path(r, item, attribute) : item;
     bool passed;
