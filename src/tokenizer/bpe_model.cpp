@@ -79,9 +79,36 @@ void Vocab::rehash(std::size_t capacity) {
 }
 
 void Vocab::insert(std::string_view token, TokenId id) {
+  insert_hashed(token, id, hash_bytes(token));
+}
+
+void Vocab::insert_batch(std::span<const std::string_view> tokens, std::span<const TokenId> ids) {
+  VPOD_CHECK(tokens.size() == ids.size());
+  const std::size_t n = tokens.size();
+  reserve(size_ + n);
+  std::size_t bytes = 0;
+  TokenId max_id = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    bytes += tokens[i].size();
+    max_id = std::max(max_id, ids[i]);
+  }
+  arena_.reserve(arena_.size() + bytes);
+  if (static_cast<std::size_t>(max_id + 1) > by_id_.size()) {
+    by_id_.resize(max_id + 1, Span{0, kNoToken});
+  }
+  constexpr std::size_t kAhead = 16;
+  std::vector<std::uint64_t> hashes(n);
+  for (std::size_t i = 0; i < n; ++i) hashes[i] = hash_bytes(tokens[i]);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) __builtin_prefetch(&slots_[hashes[i + kAhead] & mask]);
+    insert_hashed(tokens[i], ids[i], hashes[i]);
+  }
+}
+
+void Vocab::insert_hashed(std::string_view token, TokenId id, std::uint64_t hash) {
   VPOD_CHECK(id >= 0);
   if ((size_ + 1) * 2 > slots_.size()) rehash(std::max<std::size_t>(16, slots_.size() * 2));
-  const std::uint64_t hash = hash_bytes(token);
   const auto tag = static_cast<std::uint32_t>(hash >> 32);
   const std::size_t mask = slots_.size() - 1;
   std::size_t slot = hash & mask;

@@ -29,6 +29,8 @@ class Vocab {
   void reserve(std::size_t count);
   // Adds or re-maps `token`; ids need not be dense.
   void insert(std::string_view token, TokenId id);
+  // insert() for many tokens, in order, prefetching ahead.
+  void insert_batch(std::span<const std::string_view> tokens, std::span<const TokenId> ids);
   // The id of `token`, or -1.
   TokenId find(std::string_view token) const;
   // find() over many tokens, prefetching ahead to overlap cache misses.
@@ -56,6 +58,7 @@ class Vocab {
   }
   void rehash(std::size_t capacity);
   TokenId find_hashed(std::string_view token, std::uint64_t hash) const;
+  void insert_hashed(std::string_view token, TokenId id, std::uint64_t hash);
 
   std::string arena_;
   std::vector<Slot> slots_;

@@ -76,9 +76,13 @@ Result<std::int64_t> required_int(object o, std::string_view key, std::string_vi
   return v;
 }
 
+// Ids index dense tables, so a file may not name absurdly large ones (the
+// largest vocabularies in use have a few hundred thousand tokens).
+constexpr std::int64_t kMaxTokenId = (std::int64_t{1} << 24) - 1;
+
 Result<TokenId> token_id(std::int64_t v, std::string_view where) {
-  if (v < 0 || v > std::numeric_limits<TokenId>::max()) {
-    return bad(where, fmt::format("token id {} is out of range", v));
+  if (v < 0 || v > kMaxTokenId) {
+    return bad(where, fmt::format("token id {} is out of range [0, {}]", v, kMaxTokenId));
   }
   return static_cast<TokenId>(v);
 }
@@ -183,16 +187,21 @@ Result<std::unique_ptr<BpeModel>> TokenizerLoader::model(element e) {
   const std::optional<element> vocab_element = field(o, "vocab");
   if (!vocab_element) return bad(where, "'vocab' is missing");
   VPOD_ASSIGN_OR_RETURN(object vocab_object, as_object(*vocab_element, "model.vocab"));
-  Vocab vocab;
-  vocab.reserve(vocab_object.size());
+  std::vector<std::string_view> tokens;
+  std::vector<TokenId> ids;
+  tokens.reserve(vocab_object.size());
+  ids.reserve(vocab_object.size());
   for (const auto field_pair : vocab_object) {
     std::int64_t id;
     if (field_pair.value.get_int64().get(id)) {
       return bad("model.vocab", fmt::format("the id of '{}' must be an integer", field_pair.key));
     }
     VPOD_ASSIGN_OR_RETURN(TokenId checked, token_id(id, "model.vocab"));
-    vocab.insert(field_pair.key, checked);
+    tokens.push_back(field_pair.key);
+    ids.push_back(checked);
   }
+  Vocab vocab;
+  vocab.insert_batch(tokens, ids);
   auto bpe = std::make_unique<BpeModel>(std::move(vocab), std::move(options));
 
   const std::optional<element> merges_element = field(o, "merges");

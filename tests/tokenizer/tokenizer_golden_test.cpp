@@ -24,6 +24,9 @@ struct Case {
   std::string source;  // "fixture", "trained" or "feature"
 };
 
+// gtest prints parameters in test listings; a Case prints as its name.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases = {{"llama3", "fixture"},
                              {"qwen3", "fixture"},

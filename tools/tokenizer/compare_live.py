@@ -87,6 +87,9 @@ def main():
                         help="seed of the corpus and of training (default: day of the year)")
     args = parser.parse_args()
 
+    if not os.access(args.vpod, os.X_OK):
+        print("SKIP: %s is not built (build the vpod target first)" % args.vpod)
+        sys.exit(77)
     print("tokenizers %s, seed %d" % (tokenizers.__version__, args.seed))
     lines = tokcases.corpus(seed=args.seed, random_count=60)
     jobs = []
