@@ -22,7 +22,10 @@ using nlohmann::json;
 std::string token_bytes(std::int32_t t) {
   if (t == 7) return "\xc3";
   if (t == 8) return "\xa9";
-  return "<" + std::to_string(t) + ">";
+  std::string bytes = "<";
+  bytes += std::to_string(t);
+  bytes += '>';
+  return bytes;
 }
 
 engine::SampledToken sampled(std::int32_t id, float logprob,
