@@ -14,6 +14,8 @@
 namespace vpod::tokenizer::jinja {
 namespace {
 
+using nlohmann::ordered_json;
+
 TEST(JinjaGolden, EveryCaseMatchesPythonJinja2) {
   const nlohmann::ordered_json goldens =
       test::load_json(test::chat_data_dir() / "engine_goldens.json");
@@ -25,8 +27,13 @@ TEST(JinjaGolden, EveryCaseMatchesPythonJinja2) {
     const std::string name = c["name"];
     SCOPED_TRACE("case " + name + "\ntemplate: " + c["template"].get<std::string>());
     auto parsed = Template::parse(c["template"].get<std::string>());
-    Result<std::string> rendered = parsed.ok() ? parsed->render(c["variables"], options)
-                                               : Result<std::string>(parsed.status());
+    // Variables are inline, or a set shared by many cases.
+    const ordered_json& variables =
+        c.contains("variables_ref")
+            ? goldens["shared_variables"][c["variables_ref"].get<std::string>()]
+            : c["variables"];
+    Result<std::string> rendered =
+        parsed.ok() ? parsed->render(variables, options) : Result<std::string>(parsed.status());
     if (c.contains("expected")) {
       EXPECT_TRUE(rendered.ok()) << rendered.status().to_string();
       if (rendered.ok()) {
