@@ -235,7 +235,11 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
   // The variables transformers passes: messages, tools, documents,
   // add_generation_prompt, then the special tokens and the extra kwargs.
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
-  vars["messages"] = prepared;
+  const nlohmann::ordered_json final_content =
+      options.continue_final_message && !prepared.empty() && prepared.back().contains("content")
+          ? prepared.back()["content"]
+          : nlohmann::ordered_json();
+  vars["messages"] = std::move(prepared);
   vars["tools"] = options.tools;
   vars["documents"] = options.documents;
   vars["add_generation_prompt"] = add_generation_prompt;
@@ -257,10 +261,7 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
   // own errors already say "template error at line N".
   auto rendered = t->tmpl.render(vars, render_options);
   if (!rendered.ok() || !options.continue_final_message) return rendered;
-  const auto& final = prepared.back();
-  const auto content = final.find("content");
-  return cut_after_final_message(std::move(rendered).value(),
-                                 content == final.end() ? nlohmann::ordered_json() : *content);
+  return cut_after_final_message(std::move(rendered).value(), final_content);
 }
 
 }  // namespace vpod::tokenizer

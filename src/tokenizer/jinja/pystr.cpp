@@ -101,21 +101,30 @@ bool is_space(char32_t cp) {
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left,
                   bool right) {
-  const std::u32string cps = decode(s);
-  std::u32string set;
-  if (chars) set = decode(*chars);
+  // Walks code points in from each end; the middle is copied as bytes.
+  const std::u32string set = chars ? decode(*chars) : std::u32string();
   auto strippable = [&](char32_t cp) {
     return chars ? set.find(cp) != std::u32string::npos : is_space(cp);
   };
   size_t begin = 0;
-  size_t end = cps.size();
+  size_t end = s.size();
   if (left) {
-    while (begin < end && strippable(cps[begin])) ++begin;
+    while (begin < end) {
+      size_t next = begin;
+      if (!strippable(utf8::decode(s, next))) break;
+      begin = next;
+    }
   }
   if (right) {
-    while (end > begin && strippable(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      size_t next = start;
+      if (!strippable(utf8::decode(s, next))) break;
+      end = start;
+    }
   }
-  return encode(std::u32string_view(cps).substr(begin, end - begin));
+  return std::string(s.substr(begin, end - begin));
 }
 
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep,
