@@ -11,6 +11,7 @@ void add_bench_command(CLI::App& app) {
   bench::add_tokenizer_bench(*bench);
   bench::add_serve_bench(*bench);
   bench::add_model_bench(*bench);
+  bench::add_kvcache_bench(*bench);
 }
 
 }  // namespace vpod::cli
