@@ -1,0 +1,305 @@
+// The end-to-end checks of the engine over the real model, tokenizer and
+// vAttention cache, written once and run by e2e_test.cpp (CPU backend, host
+// VMM, the tiny model) and e2e_gpu_test.cpp (CUDA backend, CUDA VMM, a
+// 4-layer Llama-3 shaped model):
+//   - many concurrent requests through a KV budget too small for all of them:
+//     preemptions happen, all finish, each greedy output equals the same
+//     request run alone;
+//   - an abort mid-generation frees the slot at the next step;
+//   - a stop string straddling a token boundary is held back and cut.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_store_capacity.h"
+#include "engine/model_runner.h"
+#include "engine/tokenizer_decoder.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vpod::engine::e2e {
+
+namespace fs = std::filesystem;
+
+// What differs between the CPU and the GPU runs.
+struct Env {
+  std::unique_ptr<model::Backend> backend;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::function<Result<std::shared_ptr<kvcache::VmmProvider>>()> make_provider;
+  fs::path dir;
+  int max_num_seqs = 32;
+  int max_num_batched_tokens = 256;
+  int max_ctx = 256;
+  // The concurrent workload: prompt texts repeated this many times (range),
+  // and output lengths.
+  int min_repeats = 1, max_repeats = 4;
+  int min_out = 6, max_out = 20;
+  // The concurrent run's KV budget: the workload's tokens divided by this.
+  int kv_divisor = 6;
+  // Tokens the background mapper maps ahead of each step (promised too, so a
+  // large lookahead leaves decodes little to grow into: fewer preemptions).
+  int lookahead_tokens = 2;
+};
+
+// Writes `preset` with random weights (and its tokenizer) and loads it.
+inline Status load_env(Env& env, const std::string& preset,
+                       std::unique_ptr<model::Backend> backend) {
+  env.dir =
+      fs::temp_directory_path() / ("vpod_engine_e2e_" + preset + "_" + std::to_string(::getpid()));
+  model::MakeModelOptions options;
+  options.out_dir = env.dir;
+  options.preset = preset;
+  options.seed = 7;
+  options.num_threads = 2;
+  VPOD_RETURN_IF_ERROR(model::make_model(options).status());
+  env.backend = std::move(backend);
+  VPOD_ASSIGN_OR_RETURN(env.model, model::Model::load(env.dir, *env.backend,
+                                                      {.max_num_tokens = env.max_num_batched_tokens,
+                                                       .max_num_sequences = env.max_num_seqs}));
+  VPOD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_file(env.dir));
+  env.tok = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+  return {};
+}
+
+// One engine over its own vAttention cache.
+struct Stack {
+  // `kv_tokens`: the KV budget in tokens, rounded up to whole pages.
+  Stack(Env& env, std::int64_t kv_tokens, int max_slots) {
+    const model::ModelConfig& mc = env.model->config();
+    auto provider = env.make_provider();
+    EXPECT_TRUE(provider.ok()) << provider.status().to_string();
+    const kvcache::KvShape shape{.num_layers = mc.num_layers,
+                                 .num_kv_heads = mc.num_kv_heads,
+                                 .head_dim = mc.head_dim,
+                                 .dtype = env.model->kv_dtype()};
+    // All-layers layout: 2 regions (K, V), each token_bytes / 2 per token.
+    const std::size_t page = (*provider)->page_bytes();
+    const std::size_t region_bytes =
+        static_cast<std::size_t>(kv_tokens) * shape.bytes_per_token() / 2;
+    const std::size_t pages = (region_bytes + page - 1) / page;
+    auto created = kvcache::KvCache::create({.shape = shape,
+                                             .max_slots = max_slots,
+                                             .max_ctx = env.max_ctx,
+                                             .memory_bytes = 2 * pages * page,
+                                             .growth = kvcache::GrowthMode::background,
+                                             .lookahead_tokens = env.lookahead_tokens},
+                                            *provider);
+    EXPECT_TRUE(created.ok()) << created.status().to_string();
+    cache = std::move(created).value();
+    capacity = std::make_unique<KvStoreCapacity>(*cache, vattn_geometry(*cache), nullptr);
+    std::vector<KvLayerView> views;
+    for (int l = 0; l < mc.num_layers; ++l) views.push_back(cache->layer_view(l));
+    runner = std::make_unique<ModelRunner>(*env.model, std::move(views));
+    decoders = std::make_unique<TokenizerDecoderFactory>(*env.tok);
+    EngineConfig config;
+    config.scheduler = {.max_num_seqs = env.max_num_seqs,
+                        .max_num_batched_tokens = env.max_num_batched_tokens};
+    config.max_model_len = env.max_ctx;
+    config.vocab_size = mc.vocab_size;
+    config.eos_token_ids = env.model->generation_config().eos_token_ids;
+    auto e = Engine::create(config, *runner, *capacity, *decoders);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    engine = std::move(e).value();
+  }
+  bool run(int max_steps = 1000000) {
+    for (int i = 0; i < max_steps && engine->has_work(); ++i) engine->step();
+    return !engine->has_work();
+  }
+
+  std::unique_ptr<kvcache::KvCache> cache;
+  std::unique_ptr<KvStoreCapacity> capacity;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<TokenizerDecoderFactory> decoders;
+  std::unique_ptr<Engine> engine;
+};
+
+struct Output {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+  RequestOutput last;
+};
+
+inline Output collect(RequestStream& stream) {
+  Output r;
+  RequestOutput out;
+  while (stream.try_pop(out)) {
+    r.tokens.insert(r.tokens.end(), out.token_ids.begin(), out.token_ids.end());
+    r.text += out.text;
+    r.last = out;
+  }
+  return r;
+}
+
+// Runs `spec` alone in an engine with room for it.
+inline Output alone(Env& env, const RequestSpec& spec) {
+  Stack stack(env, 2 * env.max_ctx, /*max_slots=*/2);
+  auto stream = stack.engine->submit(spec);
+  EXPECT_TRUE(stream.ok()) << stream.status().to_string();
+  EXPECT_TRUE(stack.run());
+  return collect(**stream);
+}
+
+inline RequestSpec greedy(Env& env, const std::string& text, int max_tokens) {
+  RequestSpec spec;
+  spec.prompt_token_ids = std::move(env.tok->encode(text, true)).value();
+  spec.sampling.temperature = 0.0f;
+  spec.stop.max_tokens = max_tokens;
+  spec.stop.ignore_eos = true;  // random weights: run to max_tokens
+  return spec;
+}
+
+inline const std::vector<std::string>& texts() {
+  static const std::vector<std::string> t = {
+      "The quick brown fox jumps over the lazy dog.",
+      "In 1905 Einstein published four papers that changed physics:",
+      "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+      "Serving large language models efficiently requires batching prefill and decode",
+      "東京は日本の首都です。",
+      "Once upon a time",
+      "SELECT name, count(*) FROM users GROUP BY name ORDER BY 2 DESC;",
+      "vAttention keeps the KV cache virtually contiguous",
+  };
+  return t;
+}
+
+// 64 concurrent requests through a KV budget of a fraction of what they need.
+inline void check_concurrent_requests_match_solo_runs(Env& env) {
+  std::mt19937 rng(2024);
+  std::vector<RequestSpec> specs;
+  std::int64_t total_tokens = 0;
+  for (int i = 0; i < 64; ++i) {
+    std::string text = texts()[i % texts().size()];
+    const int repeats =
+        env.min_repeats + static_cast<int>(rng() % (env.max_repeats - env.min_repeats + 1));
+    for (int k = 1; k < repeats; ++k) {
+      text.push_back(' ');
+      text.append(texts()[rng() % texts().size()]);
+    }
+    RequestSpec spec =
+        greedy(env, text, env.min_out + static_cast<int>(rng() % (env.max_out - env.min_out + 1)));
+    ASSERT_LT(static_cast<int>(spec.prompt_token_ids.size()) + spec.stop.max_tokens, env.max_ctx);
+    total_tokens += static_cast<std::int64_t>(spec.prompt_token_ids.size()) + spec.stop.max_tokens;
+    specs.push_back(std::move(spec));
+  }
+  Stack stack(env, std::max<std::int64_t>(total_tokens / env.kv_divisor, env.max_ctx),
+              /*max_slots=*/64);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const RequestSpec& s : specs) {
+    auto stream = stack.engine->submit(s);
+    ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+    streams.push_back(*stream);
+  }
+  ASSERT_TRUE(stack.run());
+  const MetricsSnapshot m = stack.engine->metrics();
+  EXPECT_GT(m.num_preemptions, 0u) << "the KV budget was meant to force preemptions";
+  ::testing::Test::RecordProperty("workload_tokens", static_cast<int>(total_tokens));
+  ::testing::Test::RecordProperty("kv_capacity_tokens",
+                                  static_cast<int>(stack.capacity->capacity_tokens()));
+  ::testing::Test::RecordProperty("preemptions", static_cast<int>(m.num_preemptions));
+  ::testing::Test::RecordProperty("steps", static_cast<int>(m.num_steps));
+  int identical = 0;
+  for (int i = 0; i < 64; ++i) {
+    const Output got = collect(*streams[i]);
+    ASSERT_TRUE(got.last.finished) << "request " << i;
+    EXPECT_EQ(got.last.finish_reason, FinishReason::length) << got.last.error;
+    const Output solo = alone(env, specs[i]);
+    EXPECT_EQ(got.tokens, solo.tokens) << "request " << i;
+    EXPECT_EQ(got.text, solo.text) << "request " << i;
+    EXPECT_EQ(got.text, std::move(env.tok->decode(got.tokens, true)).value());
+    identical += got.tokens == solo.tokens;
+  }
+  ::testing::Test::RecordProperty("identical_to_solo", identical);
+  EXPECT_EQ(stack.capacity->used_units(), 0);
+  stack.cache->drain();
+  EXPECT_EQ(stack.cache->stats().active_slots, 0);
+  EXPECT_TRUE(stack.cache->check_invariants().ok());
+}
+
+inline void check_abort_frees_the_slot(Env& env) {
+  Stack stack(env, 2 * env.max_ctx, /*max_slots=*/1);  // one slot: the second request waits
+  auto first = *stack.engine->submit(greedy(env, "Once upon a time", env.max_ctx / 2));
+  const RequestSpec second_spec = greedy(env, "The quick brown fox", 6);
+  auto second = *stack.engine->submit(second_spec);
+  for (int i = 0; i < 4; ++i) stack.engine->step();
+  Output r1 = collect(*first);
+  EXPECT_EQ(r1.tokens.size(), 4u);
+  EXPECT_EQ(stack.cache->stats().active_slots, 1);
+  EXPECT_EQ(stack.engine->scheduler().num_waiting(), 1u);
+  stack.engine->abort(first->id());
+  stack.engine->step();  // the abort frees the slot; the second request takes it
+  r1 = collect(*first);
+  EXPECT_TRUE(r1.last.finished);
+  EXPECT_EQ(r1.last.finish_reason, FinishReason::abort);
+  EXPECT_TRUE(r1.tokens.empty()) << "tokens generated after the abort";
+  EXPECT_EQ(stack.engine->scheduler().num_waiting(), 0u);
+  EXPECT_EQ(stack.engine->scheduler().num_running(), 1u);
+  ASSERT_TRUE(stack.run());
+  EXPECT_EQ(collect(*second).tokens, alone(env, second_spec).tokens);
+  EXPECT_EQ(stack.cache->stats().active_slots, 0);
+  EXPECT_EQ(stack.capacity->used_units(), 0);
+}
+
+// Finds, in some request's greedy output, a 4-byte ASCII window that
+// straddles a token boundary and occurs nowhere earlier, and uses it as the
+// stop string.
+inline void check_stop_string_across_tokens(Env& env) {
+  for (const std::string& prompt : texts()) {
+    const RequestSpec base = greedy(env, prompt, 24);
+    const Output full = alone(env, base);
+    for (std::size_t k = 1; k < full.tokens.size(); ++k) {
+      const std::string head =
+          std::move(env.tok->decode(std::span(full.tokens).first(k), true)).value();
+      if (head.size() < 2 || full.text.compare(0, head.size(), head) != 0) continue;
+      if (head.size() + 2 > full.text.size()) continue;
+      const std::string stop = full.text.substr(head.size() - 2, 4);
+      if (!std::all_of(stop.begin(), stop.end(),
+                       [](char c) { return c > ' ' && static_cast<unsigned char>(c) < 0x7f; }))
+        continue;
+      if (full.text.find(stop) != head.size() - 2) continue;
+      // Token k-1's text ends with stop[0, 2); token k's starts with stop[2, 4).
+      RequestSpec with_stop = base;
+      with_stop.stop.stop = {stop};
+      Stack stack(env, 2 * env.max_ctx, 2);
+      auto stream = *stack.engine->submit(with_stop);
+      std::string streamed;
+      RequestOutput out, last;
+      while (stack.engine->has_work()) {
+        stack.engine->step();
+        while (stream->try_pop(out)) {
+          // Deltas are never taken back: the stop's first bytes must never
+          // have been sent, not even in the step before the stop completed.
+          streamed += out.text;
+          EXPECT_EQ(full.text.compare(0, streamed.size(), streamed), 0);
+          EXPECT_LE(streamed.size(), head.size() - 2) << "sent part of the stop string";
+          last = out;
+        }
+      }
+      EXPECT_EQ(streamed, full.text.substr(0, head.size() - 2));
+      EXPECT_EQ(last.finish_reason, FinishReason::stop);
+      EXPECT_EQ(last.stop_string, stop);
+      EXPECT_EQ(last.num_generated_tokens, static_cast<int>(k) + 1);
+      // With include_stop_str_in_output the stop itself is kept.
+      with_stop.stop.include_stop_str_in_output = true;
+      Stack again(env, 2 * env.max_ctx, 2);
+      auto s2 = *again.engine->submit(with_stop);
+      ASSERT_TRUE(again.run());
+      EXPECT_EQ(collect(*s2).text, full.text.substr(0, head.size() + 2));
+      return;
+    }
+  }
+  FAIL() << "no straddling ASCII stop string found in the outputs";
+}
+
+}  // namespace vpod::engine::e2e
