@@ -1,0 +1,315 @@
+// `vpod bench offline`: the papers' offline throughput experiment. A static
+// trace of requests is submitted all at once to the engine inside this
+// process (no HTTP: the same stack `vpod serve` assembles, through
+// server::EngineBackend), and the makespan, from the first submission to the
+// last request's final token, is measured. The modes are flags, so one binary
+// compares vattn+pod, vattn+serial and paged+serial on the same trace:
+//
+//   vpod bench offline --model DIR --input-len 16384 --pd-ratio 100
+//       --num-requests 64 --kv-cache vattn --attention pod --json out.json
+//
+// Output lengths are exact (ignore_eos + max_tokens, greedy sampling); a
+// request that ends otherwise fails the run.
+//
+// PENDING (kept out of the build): it runs on server::EngineBackend
+// (src/server/engine_backend.h), which is not committed yet. Once it is: move
+// this file to bench/offline_bench.cpp, declare add_offline_bench in
+// bench/benches.h and register it in src/cli/bench_command.cpp.
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/benches.h"
+#include "bench/serve/dataset.h"
+#include "server/engine_backend.h"
+#include "vpod/build_info.h"
+
+namespace vpod::bench {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  std::string trace;
+  int input_len = 0;
+  int output_len = 0;
+  double pd_ratio = 0.0;
+  int num_requests = 64;
+  std::string kv_cache = "vattn";
+  std::string kv_layout = "all-layers";
+  std::string attention = "pod";
+  std::string device = "auto";
+  std::string dtype;
+  int max_model_len = 0;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  double gpu_memory_utilization = 0.9;
+  std::uint64_t seed = 0;
+  std::string json_path;
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "vpod bench offline: %s\n", message.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+std::vector<serve::RequestLengths> make_trace(const Args& a) {
+  if (!a.trace.empty()) {
+    std::ifstream file(a.trace);
+    if (!file) fail(fmt::format("cannot read --trace {}", a.trace));
+    std::stringstream text;
+    text << file.rdbuf();
+    auto lengths = serve::parse_trace_csv(text.str());
+    if (!lengths.ok()) fail(fmt::format("{}: {}", a.trace, lengths.status().message()));
+    return std::move(lengths).value();
+  }
+  if (a.input_len < 1) fail("give --trace FILE, or --input-len with --output-len or --pd-ratio");
+  if ((a.output_len > 0) == (a.pd_ratio > 0.0)) {
+    fail("give exactly one of --output-len and --pd-ratio");
+  }
+  if (a.num_requests < 1) fail("--num-requests must be >= 1");
+  const int output_len =
+      a.output_len > 0 ? a.output_len : serve::output_len_for_pd_ratio(a.input_len, a.pd_ratio);
+  return std::vector<serve::RequestLengths>(a.num_requests, {a.input_len, output_len});
+}
+
+// Runs `specs` through the engine all at once; returns the makespan in
+// seconds, or fails naming the first request that did not end as asked.
+double run_trace(server::EngineBackend& backend, std::vector<engine::RequestSpec> specs) {
+  std::mutex mutex;
+  std::condition_variable woken;
+  bool pending = false;
+  const auto wake = [&] {
+    {
+      std::lock_guard lock(mutex);
+      pending = true;
+    }
+    woken.notify_one();
+  };
+  const int n = static_cast<int>(specs.size());
+  std::vector<int> expected(n);
+  std::vector<std::unique_ptr<server::GenerationStream>> streams(n);
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    expected[i] = specs[i].stop.max_tokens;
+    auto stream = backend.submit(std::move(specs[i]), wake);
+    if (!stream.ok()) fail(fmt::format("request {}: {}", i, stream.status().to_string()));
+    streams[i] = std::move(stream).value();
+  }
+  Clock::time_point end = start;
+  std::vector<bool> done(n, false);
+  engine::RequestOutput out;
+  for (int remaining = n; remaining > 0;) {
+    {
+      std::unique_lock lock(mutex);
+      woken.wait_for(lock, std::chrono::milliseconds(50), [&] { return pending; });
+      pending = false;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (done[i] || !streams[i]->try_pop(out) || !out.finished) continue;
+      end = Clock::now();
+      done[i] = true;
+      --remaining;
+      if (out.finish_reason != engine::FinishReason::length ||
+          out.num_generated_tokens != expected[i]) {
+        fail(fmt::format("request {} ended with '{}' after {} of {} tokens{}{}", i,
+                         engine::finish_reason_name(out.finish_reason), out.num_generated_tokens,
+                         expected[i], out.error.empty() ? "" : ": ", out.error));
+      }
+    }
+  }
+  return std::chrono::duration<double>(end - start).count();
+}
+
+std::vector<engine::RequestSpec> make_specs(const std::vector<serve::RequestLengths>& lengths,
+                                            const std::vector<std::int32_t>& pool,
+                                            std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<engine::RequestSpec> specs(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    specs[i].prompt_token_ids = serve::make_prompt_ids(pool, lengths[i].input_len, rng);
+    specs[i].sampling.temperature = 0.0f;  // greedy: the same work in every mode
+    specs[i].stop.max_tokens = lengths[i].output_len;
+    specs[i].stop.ignore_eos = true;
+  }
+  return specs;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void run(const Args& a) {
+  const std::vector<serve::RequestLengths> lengths = make_trace(a);
+  long long prompt_tokens = 0, output_tokens = 0;
+  int longest = 0;
+  for (const auto& l : lengths) {
+    prompt_tokens += l.input_len;
+    output_tokens += l.output_len;
+    longest = std::max(longest, l.input_len + l.output_len);
+  }
+
+  server::EngineBackendOptions options;
+  options.model_dir = a.model;
+  options.device = a.device;
+  options.dtype = a.dtype;
+  options.max_model_len = a.max_model_len > 0 ? a.max_model_len : longest;
+  options.max_num_seqs = a.max_num_seqs;
+  options.max_num_batched_tokens = a.max_num_batched_tokens;
+  options.gpu_memory_utilization = a.gpu_memory_utilization;
+  options.kv_cache = a.kv_cache;
+  options.kv_layout = a.kv_layout;
+  options.attention = a.attention;
+  options.seed = a.seed;
+  const Clock::time_point load_start = Clock::now();
+  auto loaded = server::EngineBackend::load(options);
+  if (!loaded.ok()) fail(loaded.status().to_string());
+  server::EngineBackend& backend = **loaded;
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+  std::fprintf(stderr, "[bench offline] %s (loaded in %.1f s)\n", backend.summary().c_str(),
+               load_s);
+
+  // Prompt ids: drawn from what the model's tokenizer makes of a sample text,
+  // as `vpod bench serve` does (any valid ids would do for throughput).
+  auto sample = backend.tokenize(serve::kVocabularySampleText, /*add_special_tokens=*/false);
+  if (!sample.ok() || sample->empty()) {
+    fail("cannot tokenize the sample text: " +
+         (sample.ok() ? std::string("no ids") : sample.status().to_string()));
+  }
+  const std::set<std::int32_t> unique(sample->begin(), sample->end());
+  const std::vector<std::int32_t> pool(unique.begin(), unique.end());
+
+  // Warm-up (lazy initialisation, first kernel launches), outside the timing.
+  const serve::RequestLengths warm{std::min(256, lengths[0].input_len), 4};
+  run_trace(backend, make_specs({warm}, pool, a.seed + 1));
+
+  const engine::MetricsSnapshot before = backend.metrics();
+  const double makespan_s = run_trace(backend, make_specs(lengths, pool, a.seed));
+  const engine::MetricsSnapshot after = backend.metrics();
+
+  const auto steps = static_cast<double>(after.num_steps - before.num_steps);
+  const double forward_s = after.step_time_total.forward_s - before.step_time_total.forward_s;
+  const double prepare_s = after.step_time_total.prepare_s - before.step_time_total.prepare_s;
+  const double schedule_s = after.step_time_total.schedule_s - before.step_time_total.schedule_s;
+  const double commit_s = after.step_time_total.commit_s - before.step_time_total.commit_s;
+  const auto preemptions = after.num_preemptions - before.num_preemptions;
+  const int n = static_cast<int>(lengths.size());
+  const std::string mode = a.kv_cache + "+" + a.attention;
+  const std::string model_name = std::filesystem::path(a.model).filename().string();
+
+  std::string table = fmt::format("{:=^50}\n", " Offline Benchmark Result ");
+  const auto row = [&](std::string_view label, std::string value) {
+    table += fmt::format("{:<40}{}\n", label, value);
+  };
+  row("Model:", model_name);
+  row("Mode (kv-cache+attention):", mode);
+  row("Requests:", std::to_string(n));
+  row("Prompt / output tokens:", fmt::format("{} / {}", prompt_tokens, output_tokens));
+  row("Makespan (s):", fmt::format("{:.3f}", makespan_s));
+  row("Request throughput (req/s):", fmt::format("{:.3f}", n / makespan_s));
+  row("Output token throughput (tok/s):", fmt::format("{:.1f}", output_tokens / makespan_s));
+  row("Total token throughput (tok/s):",
+      fmt::format("{:.1f}", (prompt_tokens + output_tokens) / makespan_s));
+  row("Engine steps:", fmt::format("{:.0f}", steps));
+  row("Mean step (ms):", fmt::format("{:.3f}", steps > 0 ? makespan_s / steps * 1e3 : 0.0));
+  row("Step time: forward / KV prepare (s):", fmt::format("{:.3f} / {:.3f}", forward_s, prepare_s));
+  row("Step time: schedule / commit (s):", fmt::format("{:.3f} / {:.3f}", schedule_s, commit_s));
+  row("Preemptions:", std::to_string(preemptions));
+  table += std::string(50, '=') + "\n";
+  std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+
+  if (!a.json_path.empty()) {
+    json j;
+    j["date"] = utc_now();
+    j["vpod_commit"] = std::string(build_info::git_commit);
+    j["model"] = a.model;
+    j["model_name"] = model_name;
+    j["mode"] = mode;
+    j["kv_cache"] = a.kv_cache;
+    j["kv_layout"] = a.kv_layout;
+    j["attention"] = a.attention;
+    j["backend"] = backend.summary();
+    j["trace"] = a.trace.empty() ? json(nullptr) : json(a.trace);
+    j["num_requests"] = n;
+    j["input_len"] = a.trace.empty() ? json(a.input_len) : json(nullptr);
+    j["output_len"] = a.trace.empty() ? json(lengths[0].output_len) : json(nullptr);
+    j["pd_ratio"] = a.pd_ratio > 0 ? json(a.pd_ratio) : json(nullptr);
+    j["prompt_tokens"] = prompt_tokens;
+    j["output_tokens"] = output_tokens;
+    j["max_num_seqs"] = a.max_num_seqs;
+    j["max_num_batched_tokens"] = a.max_num_batched_tokens;
+    j["load_s"] = load_s;
+    j["makespan_s"] = makespan_s;
+    j["requests_per_s"] = n / makespan_s;
+    j["output_tokens_per_s"] = output_tokens / makespan_s;
+    j["total_tokens_per_s"] = (prompt_tokens + output_tokens) / makespan_s;
+    j["num_steps"] = steps;
+    j["forward_s"] = forward_s;
+    j["prepare_s"] = prepare_s;
+    j["schedule_s"] = schedule_s;
+    j["commit_s"] = commit_s;
+    j["num_preemptions"] = preemptions;
+    std::ofstream out(a.json_path);
+    out << j.dump(1) << '\n';
+    if (!out) fail(fmt::format("cannot write {}", a.json_path));
+  }
+}
+
+}  // namespace
+
+void add_offline_bench(CLI::App& bench) {
+  CLI::App* cmd = bench.add_subcommand(
+      "offline", "Makespan of a static trace through the engine in this process (no HTTP)");
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--model", a->model, "Hugging Face model folder")->required();
+  cmd->add_option("--trace", a->trace,
+                  "CSV with num_prefill_tokens,num_decode_tokens (or input_len,output_len)");
+  cmd->add_option("--input-len", a->input_len, "Prompt tokens of every request (no --trace)");
+  cmd->add_option("--output-len", a->output_len, "Output tokens of every request");
+  cmd->add_option("--pd-ratio", a->pd_ratio, "Prompt / output tokens (instead of --output-len)");
+  cmd->add_option("--num-requests", a->num_requests, "Requests (no --trace)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache", a->kv_cache, "vattn or paged")
+      ->check(CLI::IsMember({"vattn", "paged"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-layout", a->kv_layout, "all-layers or per-layer (vattn)")
+      ->capture_default_str();
+  cmd->add_option("--attention", a->attention, "pod or serial")
+      ->check(CLI::IsMember({"pod", "serial", "simple"}))
+      ->capture_default_str();
+  cmd->add_option("--device", a->device, "auto, cuda or cpu")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "bf16, fp16 or fp32 (default: the model's)");
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "Longest request (default: the trace's longest)");
+  cmd->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per step")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "Token budget per step (the prefill chunk size)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                  "Fraction of GPU memory for weights, activations and KV")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  cmd->add_option("--json", a->json_path, "Write the result as JSON");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace vpod::bench
