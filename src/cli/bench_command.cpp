@@ -10,6 +10,7 @@ void add_bench_command(CLI::App& app) {
   // One line per benchmark: bench::add_<name>_bench(*bench);
   bench::add_tokenizer_bench(*bench);
   bench::add_serve_bench(*bench);
+  bench::add_attention_bench(*bench);
   bench::add_model_bench(*bench);
   bench::add_kvcache_bench(*bench);
 }

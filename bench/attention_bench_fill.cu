@@ -1,0 +1,44 @@
+#include "bench/attention_bench_fill.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/cuda_check.h"
+
+namespace vpod::bench {
+namespace {
+
+__global__ void fill_random_kernel(std::uint16_t* data, std::size_t n, std::uint64_t seed,
+                                   bool bf16) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    // SplitMix64 of the index: a counter-based stream.
+    std::uint64_t z = seed * 0xD1B54A32D192ED03ull + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    const float x = (2.f * u - 1.f) * 1.7320508f;
+    if (bf16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(x);
+      data[i] = *reinterpret_cast<const std::uint16_t*>(&b);
+    } else {
+      const __half h = __float2half_rn(x);
+      data[i] = *reinterpret_cast<const std::uint16_t*>(&h);
+    }
+  }
+}
+
+}  // namespace
+
+void fill_random_device(void* data, std::size_t count, std::uint64_t seed, bool bf16,
+                        cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kThreads = 256;
+  constexpr int kCtas = 4096;
+  fill_random_kernel<<<kCtas, kThreads, 0, stream>>>(static_cast<std::uint16_t*>(data), count, seed,
+                                                     bf16);
+  VPOD_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vpod::bench
