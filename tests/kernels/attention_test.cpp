@@ -180,6 +180,16 @@ TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
   ASSERT_TRUE(short_chunk.ok());
   EXPECT_GT(short_chunk->prefill_items().size(), 4u);
   EXPECT_EQ(short_chunk->prefill_combines().size(), 512u);
+  // 1024 new tokens on an 8K context: 8 tiles x 32 heads = 256 CTAs nearly
+  // fill the 264 slots; splitting would double the waves.
+  auto full_wave = AttentionPlan::create(make_batch({{7168, 1024}}, {}), llama_dims(), h200());
+  ASSERT_TRUE(full_wave.ok());
+  EXPECT_EQ(full_wave->prefill_items().size(), 8u);
+  // One 128-row tile on a 16K context: 32 CTAs, split about 8 ways.
+  auto one_tile = AttentionPlan::create(make_batch({{16384, 128}}, {}), llama_dims(), h200());
+  ASSERT_TRUE(one_tile.ok());
+  EXPECT_GE(one_tile->prefill_items().size(), 6u);
+  EXPECT_LE(one_tile->prefill_items().size(), 17u);
   // A 16K prompt from scratch has 128 tiles x 32 heads: no split.
   auto long_prompt = AttentionPlan::create(make_batch({{0, 16384}}, {}), llama_dims(), h200());
   ASSERT_TRUE(long_prompt.ok());

@@ -24,6 +24,13 @@ constexpr int kMaxDecodeSplits = 64;
 // the combine launch and its partial traffic, about two blocks of a 128-dim
 // decode (doubled for 64-dim, whose blocks are half as long).
 constexpr double kDecodeCtaOverheadBlocks = 1.0;
+// Prefill: a CTA's Q load and output write cost about one key block (a block
+// is ~4 us of a CTA slot on the H200: 4.2 MFLOP at ~1 TFLOP/s per slot). A
+// split adds the combine launch (~2 blocks) and the fp32 partial rows' write
+// and read, at ~16 MB per block-time (~3.5 TB/s for 4 us).
+constexpr double kPrefillCtaOverheadBlocks = 1.0;
+constexpr double kPrefillCombineLaunchBlocks = 2.0;
+constexpr double kPrefillPartialBytesPerBlock = 16.0 * 1024 * 1024;
 constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
 // Above this many CTAs, wave quantization is a few percent and the makespan is
 // estimated from the total instead of simulated.
@@ -143,9 +150,12 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   for (const BatchSequence& s : batch.decodes) plan.decode_seqs_.push_back(describe(s));
 
   // ---- Prefill: one tile per kPrefillBlockM query rows of a chunk. When the
-  // tiles cannot fill the GPU (a short chunk on a long context), each tile's
-  // keys are split so the grid holds about one wave of CTAs; never more than
-  // the keys allow (kMinPrefillBlocksPerSplit blocks a split).
+  // tiles cannot fill a wave (a short chunk on a long context), each tile's
+  // keys are split, into as many ranges (of at least kMinPrefillBlocksPerSplit
+  // blocks) as give the smallest estimated makespan on num_sms *
+  // kPrefillCtasPerSm CTA slots, counting each CTA's fixed cost and the
+  // combine a split needs. A grid that already fills most of a wave (say 256
+  // CTAs on 264 slots) is left alone: splitting it doubles the waves.
   struct Tile {
     int seq, q_begin, rows, kv_end, blocks;
   };
@@ -158,23 +168,54 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       tiles.push_back({i, q, rows, kv_end, ceil_div(kv_end, kPrefillBlockN)});
     }
   }
-  const long long prefill_slots = static_cast<long long>(options.num_sms) * kPrefillCtasPerSm;
+  const int prefill_slots = options.num_sms * kPrefillCtasPerSm;
   const long long base_ctas = static_cast<long long>(tiles.size()) * dims.num_q_heads;
-  int split_target = 1;
-  if (options.prefill_splits > 0) {
-    split_target = options.prefill_splits;
-  } else if (base_ctas > 0 && base_ctas < prefill_slots) {
-    split_target = static_cast<int>(
-        std::min<long long>(kMaxPrefillSplits, (prefill_slots + base_ctas - 1) / base_ctas));
-  }
-  for (const Tile& t : tiles) {
-    int splits = split_target;
+  auto tile_splits = [&](const Tile& t, int target) {
+    int splits = target;
     if (options.prefill_splits == 0) {
       splits = std::min(splits, std::max(1, t.blocks / kMinPrefillBlocksPerSplit));
     }
     splits = std::clamp(splits, 1, t.blocks);
+    return ceil_div(t.blocks, ceil_div(t.blocks, splits));  // no empty split
+  };
+  int split_target = 1;
+  if (options.prefill_splits > 0) {
+    split_target = options.prefill_splits;
+  } else if (base_ctas > 0 && base_ctas < prefill_slots) {
+    double best_time = -1.0;
+    // Beyond two waves of CTAs a finer split only adds fixed costs.
+    const int max_target = static_cast<int>(
+        std::min<long long>(kMaxPrefillSplits, (2 * prefill_slots + base_ctas - 1) / base_ctas));
+    for (int target = 1; target <= max_target; ++target) {
+      std::vector<double> costs;
+      double partial_bytes = 0.0;
+      for (const Tile& t : tiles) {
+        const int splits = tile_splits(t, target);
+        if (splits > 1) {
+          partial_bytes += 2.0 * splits * t.rows * dims.num_q_heads * (dims.head_dim + 1) * 4.0;
+        }
+        const int per = ceil_div(t.blocks, splits);
+        for (int j = 0; j < splits; ++j) {
+          const int b = std::min(per, t.blocks - j * per);
+          for (int h = 0; h < dims.num_q_heads; ++h) {
+            costs.push_back(b + kPrefillCtaOverheadBlocks);
+          }
+        }
+      }
+      std::sort(costs.begin(), costs.end(), std::greater<double>());
+      const double time = estimate_makespan(costs, prefill_slots) +
+                          (partial_bytes > 0.0 ? kPrefillCombineLaunchBlocks +
+                                                     partial_bytes / kPrefillPartialBytesPerBlock
+                                               : 0.0);
+      if (best_time < 0.0 || time < best_time - 1e-9) {
+        best_time = time;
+        split_target = target;
+      }
+    }
+  }
+  for (const Tile& t : tiles) {
+    const int splits = tile_splits(t, split_target);
     const int per_split = ceil_div(t.blocks, splits);
-    splits = ceil_div(t.blocks, per_split);
     int partial_base = -1;
     if (splits > 1) {
       partial_base = plan.partial_rows_;
@@ -223,6 +264,11 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       const int chunk = std::max(1, ceil_div(max_blocks, n));
       if (chunk == last_chunk) continue;
       last_chunk = chunk;
+      long long ctas = 0;
+      for (int blocks : decode_blocks) ctas += splits_for(blocks, chunk);
+      ctas *= heads_per_item;
+      // Beyond four waves a finer split only adds fixed costs (and planning time).
+      if (n > 1 && ctas > 4LL * decode_slots) break;
       std::vector<double> costs;
       bool any_split = false;
       for (int blocks : decode_blocks) {
