@@ -91,7 +91,8 @@ if has kernels; then
   run "$vpod" bench attention ${ATTENTION_ARGS:-} --json "$out/kernels/attention.json" \
     | tee "$out/logs/attention.txt"
   if [[ -f "$repo/tools/bench_attention_peers.py" ]]; then
-    run python3 "$repo/tools/bench_attention_peers.py" --json "$out/kernels/attention_peers.json" \
+    run python3 "$repo/tools/bench_attention_peers.py" --vpod-json "$out/kernels/attention.json" \
+      --json "$out/kernels/attention_peers.json" \
       | tee "$out/logs/attention_peers.txt"
   else
     echo "reproduce.sh: tools/bench_attention_peers.py missing; no PyTorch FA2/cuDNN comparison" >&2

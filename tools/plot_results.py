@@ -6,16 +6,16 @@ Usage: tools/plot_results.py --results DIR [--docs docs]
 Reads (every file optional; a missing one is reported as missing, never invented):
   DIR/env.json                   date, GPU, commit, vpod info (written by reproduce.sh)
   DIR/commands.txt               the exact commands, one per line
-  DIR/kernels/attention.json     `vpod bench attention --json`
-  DIR/kernels/attention_peers.json  tools/bench_attention_peers.py --json (PyTorch FA2/cuDNN)
-  DIR/kernels/pod.json           `vpod bench pod --json`
-  DIR/allocator/kvcache.json     `vpod bench kvcache --json`
+  DIR/kernels/attention.json     `vpod bench attention --json` ("results", "shapes")
+  DIR/kernels/attention_peers.json  tools/bench_attention_peers.py --json ("rows")
+  DIR/kernels/pod.json           `vpod bench pod --json` ("rows" with "speedup")
+  DIR/allocator/kvcache.json     `vpod bench kvcache --json` ("decode" runs with "modes")
   DIR/offline/*.json             `vpod bench offline --json`, one file per run
   DIR/online/*.json              `vpod bench serve --json --metadata model=.. --metadata mode=..`
 
 The kernel and allocator benchmarks belong to other issues; this script reads
-the row schema documented in bench/README.md ("JSON rows for the report") and
-says so in results.md when a file does not follow it.
+their JSON as they write it (bench/README.md, "JSON read by the report") and
+says so in results.md when a file is missing or has another shape.
 
 Writes DOCS/results.md and DOCS/results/*.png. Needs matplotlib (present on
 the GPU machine).
@@ -95,7 +95,7 @@ class Report:
         fig.tight_layout()
         fig.savefig(path, dpi=120)
         plt.close(fig)
-        self.parts.append(f"![{caption}](results/{name})\n\n{caption}\n")
+        self.parts.append(f"![{name}](results/{name})\n\n{caption}\n")
 
     def table(self, header, rows):
         out = "| " + " | ".join(header) + " |\n| " + " | ".join("---" for _ in header) + " |\n"
@@ -114,71 +114,77 @@ def fmt(x, digits=2):
 
 
 # --------------------------------------------------------------------------- kernels
+def grouped_bars(ax, cases, layouts, value):
+    """Bars per case (x) and layout (colour); value(case, layout) -> float or None."""
+    width = 0.8 / max(1, len(layouts))
+    for j, layout in enumerate(layouts):
+        xs, ys = [], []
+        for i, case in enumerate(cases):
+            v = value(case, layout)
+            if v is not None:
+                xs.append(i + (j - (len(layouts) - 1) / 2) * width)
+                ys.append(v)
+        ax.bar(xs, ys, width, label=layout)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def kernels(rep, res):
     rep.section("Kernels: attention on a contiguous vs a paged KV cache")
     path = os.path.join(res, "kernels", "attention.json")
     doc, err = load_json(path)
-    rows = []
-    if doc is not None:
-        rows, err = rows_of(doc, path)
-    peers_path = os.path.join(res, "kernels", "attention_peers.json")
-    peers, _ = load_json(peers_path)
-    if peers is not None:
-        peer_rows, _ = rows_of(peers, peers_path)
-        rows = (rows or []) + (peer_rows or [])
-    if not rows:
-        rep.missing("attention kernels", err or "no rows")
+    results = doc.get("results") if isinstance(doc, dict) else None
+    shapes = {s.get("name"): s for s in (doc or {}).get("shapes", [])} if isinstance(doc, dict) else {}
+    if not isinstance(results, list) or not results:
+        rep.missing("attention kernels", err or f"no 'results' in {path}")
     else:
-        prefill = [r for r in rows if r.get("phase") == "prefill" and num(r, "context") and num(r, "tflops")]
-        if prefill:
-            fig, ax = plt.subplots(figsize=(6.4, 4))
+        valid = [r for r in results if r.get("valid", True) and num(r, "ms")]
+        layouts = sorted({r.get("layout", "?") for r in valid})
+        by = {(r.get("case"), r.get("layout")): r for r in valid}
+        for phase, key, unit, ceiling in [("prefill", "tflops", "TFLOP/s", 771.0),
+                                          ("decode", "tbps", "TB/s", 4.24)]:
+            cases = []
+            for r in valid:
+                c = r.get("case")
+                is_decode = bool(shapes.get(c, {}).get("decode", "decode" in str(c)))
+                if (phase == "decode") == is_decode and c not in cases:
+                    cases.append(c)
+            if not cases:
+                rep.missing(f"{phase} attention", f"no {phase} cases in {path}")
+                continue
+            fig, ax = plt.subplots(figsize=(max(6.4, 1.3 * len(cases)), 4))
+            grouped_bars(ax, cases, layouts, lambda c, l: num(by.get((c, l), {}), key))
+            ax.axhline(ceiling, color="gray", ls="--", lw=1)
+            ax.set_ylabel(unit)
+            ax.set_title(f"{phase.capitalize()} attention by KV layout (dashed: measured ceiling)")
             ratios = []
-            for kv in sorted({r.get("kv", "?") for r in prefill}):
-                pts = sorted((num(r, "context"), num(r, "tflops")) for r in prefill if r.get("kv") == kv)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kv)
-            by = {(r.get("kv"), num(r, "context")): num(r, "tflops") for r in prefill}
-            for (kv, ctx), t in by.items():
-                if kv == "contiguous" and by.get(("paged", ctx)):
-                    ratios.append((ctx, t / by[("paged", ctx)]))
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("context length (tokens)")
-            ax.set_ylabel("TFLOP/s")
-            ax.set_title("Prefill attention throughput")
-            ax.legend()
-            ax.grid(alpha=0.3)
-            cap = "Prefill attention throughput against context length."
+            for c in cases:
+                cont = [num(by.get((c, l), {}), key) for l in layouts if not l.startswith("paged")]
+                paged = [num(by.get((c, l), {}), key) for l in layouts if l.startswith("paged")]
+                cont = [v for v in cont if v]
+                paged = [v for v in paged if v]
+                if cont and paged:
+                    ratios.append(f"{c}: {max(cont) / max(paged):.2f}x")
+            cap = (f"{phase.capitalize()} attention on the shapes of `vpod bench attention`, per KV layout "
+                   f"({unit}; higher is better).")
             if ratios:
-                ratios.sort()
-                cap += (" Contiguous over paged: " + ", ".join(f"{r:.2f}x at {int(c)}" for c, r in ratios) +
-                        ". vAttention's claim is that contiguous KV lets unmodified prefill kernels run "
-                        "faster than their paged versions; ratios above 1 support it, below 1 contradict it.")
-            rep.figure(fig, "kernels_prefill.png", cap)
-        else:
-            rep.missing("prefill sweep", f"no rows with phase=prefill, context, tflops in {path}")
-        decode = [r for r in rows if r.get("phase") == "decode" and num(r, "batch") and num(r, "tbps")]
-        if decode:
-            fig, ax = plt.subplots(figsize=(6.4, 4))
-            for kv in sorted({r.get("kv", "?") for r in decode}):
-                pts = sorted((num(r, "batch"), num(r, "tbps")) for r in decode if r.get("kv") == kv)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kv)
-            ax.axhline(4.24, color="gray", ls="--", lw=1, label="copy ceiling 4.24 TB/s")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("decode batch size")
-            ax.set_ylabel("TB/s")
-            ax.set_title("Decode attention bandwidth")
-            ax.legend()
-            ax.grid(alpha=0.3)
-            by = {(r.get("kv"), num(r, "batch")): num(r, "tbps") for r in decode}
-            cmp = [(b, t / by[("torch-cudnn", b)]) for (kv, b), t in by.items()
-                   if kv == "contiguous" and by.get(("torch-cudnn", b))]
-            cap = "Decode attention bandwidth against batch size."
-            if cmp:
-                cmp.sort()
-                cap += (" Ours (contiguous) over PyTorch cuDNN: " +
-                        ", ".join(f"{r:.2f}x at batch {int(b)}" for b, r in cmp) + ".")
-            rep.figure(fig, "kernels_decode.png", cap)
-        else:
-            rep.missing("decode sweep", f"no rows with phase=decode, batch, tbps in {path}")
+                cap += (" Best contiguous layout over best paged layout: " + ", ".join(ratios) + ". "
+                        "vAttention's claim is that a contiguous KV cache lets attention kernels run at "
+                        "least as fast as their paged versions; ratios below 1 would contradict it.")
+            rep.figure(fig, f"kernels_{phase}.png", cap)
+    peers_path = os.path.join(res, "kernels", "attention_peers.json")
+    peers, perr = load_json(peers_path)
+    prow = peers.get("rows") if isinstance(peers, dict) else None
+    if not isinstance(prow, list) or not prow:
+        rep.missing("PyTorch FlashAttention-2/cuDNN comparison", perr or f"no 'rows' in {peers_path}")
+    else:
+        rep.table(["shape", "FA2 time / ours", "cuDNN time / ours"],
+                  [(r.get("shape", {}).get("name", "?") if isinstance(r.get("shape"), dict) else r.get("shape", "?"),
+                    fmt(num(r, "fa2_over_vpod")), fmt(num(r, "cudnn_over_vpod"))) for r in prow])
+        rep.text("PyTorch's `scaled_dot_product_attention` (FlashAttention-2 and cuDNN backends) timed in the "
+                 "same run on the same shapes; above 1 means ours is faster.")
 
     rep.section("Kernels: POD-Attention on hybrid batches")
     path = os.path.join(res, "kernels", "pod.json")
@@ -210,45 +216,48 @@ def allocator(rep, res):
     rep.section("Allocator: background growth of the vAttention KV cache")
     path = os.path.join(res, "allocator", "kvcache.json")
     doc, err = load_json(path)
-    rows = None
-    if doc is not None:
-        rows, err = rows_of(doc, path)
-    if not rows:
-        rep.missing("KV-cache allocator", err or "no rows")
+    decode = doc.get("decode") if isinstance(doc, dict) else None
+    if not isinstance(decode, list) or not decode:
+        rep.missing("KV-cache allocator", err or f"no 'decode' runs in {path}")
         return
-    crit = [r for r in rows if r.get("kind") == "critical_path" and num(r, "context") and num(r, "ms") is not None]
-    if crit:
-        fig, ax = plt.subplots(figsize=(6.4, 4))
-        series = sorted({(r.get("growth", "?"), num(r, "batch")) for r in crit}, key=str)
-        for growth, batch in series:
-            pts = sorted((num(r, "context"), num(r, "ms")) for r in crit
-                         if r.get("growth") == growth and num(r, "batch") == batch)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                    label=f"{growth}, batch {int(batch) if batch else '?'}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel("critical-path KV growth per step (ms)")
-        ax.set_title("KV growth on the step's critical path")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        rep.figure(fig, "allocator_critical_path.png",
-                   "Time a decode step waits for KV memory, with synchronous and with background "
-                   "growth (Llama-3-8B shapes). vAttention's claim: background mapping hides the "
-                   "VMM cost, so the background curve should sit near zero.")
-    else:
-        rep.missing("critical-path latency", f"no rows with kind=critical_path in {path}")
-    bw = [r for r in rows if r.get("kind") == "bandwidth" and num(r, "required_gbps") is not None
-          and num(r, "achieved_gbps") is not None]
-    if bw:
-        rep.table(["batch", "context", "needed (GB/s)", "mapper achieves (GB/s)", "headroom"],
-                  [(int(num(r, "batch") or 0), int(num(r, "context") or 0), fmt(num(r, "required_gbps")),
-                    fmt(num(r, "achieved_gbps")),
-                    f"{num(r, 'achieved_gbps') / num(r, 'required_gbps'):.1f}x" if num(r, "required_gbps") else "-")
-                   for r in bw])
-        rep.text("Allocation bandwidth the workload needs (tokens/s x bytes per token) against what the "
-                 "background mapper sustains; headroom below 1x means growth cannot keep up.")
-    else:
-        rep.missing("allocation bandwidth", f"no rows with kind=bandwidth in {path}")
+    runs = [d for d in decode if isinstance(d.get("modes"), list)]
+    if not runs:
+        rep.missing("critical-path latency", f"no vAttention decode runs with 'modes' in {path}")
+        return
+    labels = [f"batch {d.get('batch')}, ctx {d.get('ctx_lo')}-{d.get('ctx_hi')}" for d in runs]
+    modes = sorted({m.get("mode") for d in runs for m in d["modes"]})
+
+    def critical(i, mode):
+        for m in runs[i]["modes"]:
+            if m.get("mode") == mode and isinstance(m.get("critical_us"), dict):
+                return num(m["critical_us"], "median")
+        return None
+
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.4 * len(runs)), 4))
+    grouped_bars(ax, list(range(len(runs))), modes, critical)
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("median critical-path KV time per step (us)")
+    ax.set_title("KV growth on the decode step's critical path (Llama-3-8B shapes)")
+    parts = []
+    for i, label in enumerate(labels):
+        s_, b_ = critical(i, "synchronous"), critical(i, "background")
+        if s_ is not None and b_ is not None:
+            parts.append(f"{label}: {s_:.0f} us synchronous, {b_:.0f} us background")
+    rep.figure(fig, "allocator_critical_path.png",
+               "Median time a decode step waits for KV memory, with synchronous and with background "
+               "growth. " + ("; ".join(parts) + ". " if parts else "") +
+               "vAttention's claim: background mapping hides the VMM cost from the critical path.")
+    rows = []
+    for d in runs:
+        for m in d["modes"]:
+            if m.get("mode") == "background":
+                need, got = num(m, "needed_pages_per_s"), num(m, "mapper_pages_per_s")
+                rows.append((d.get("batch"), f"{d.get('ctx_lo')}-{d.get('ctx_hi')}", fmt(need, 0), fmt(got, 0),
+                             f"{got / need:.1f}x" if need and got else "-"))
+    if rows:
+        rep.table(["batch", "contexts", "pages/s needed", "pages/s the mapper achieves", "headroom"], rows)
+        rep.text("Allocation bandwidth the decode workload needs against what the background mapper "
+                 "sustains (2 MiB pages); headroom below 1x means growth cannot keep up.")
 
 
 # --------------------------------------------------------------------------- offline
