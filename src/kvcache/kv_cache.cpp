@@ -562,6 +562,7 @@ void KvCache::mapper_main() {
     int slot;
     std::int64_t required;
     std::int64_t desired;
+    bool failed;  // required growth failed: no lookahead retry this round
   };
   std::vector<Work> work;
   work.reserve(config_.max_slots);
@@ -578,7 +579,7 @@ void KvCache::mapper_main() {
     const std::uint64_t first = done_ticket_;
     work.clear();
     for (const int s : dirty_slots_) {
-      work.push_back(Work{s, want_required_[s], want_desired_[s]});
+      work.push_back(Work{s, want_required_[s], want_desired_[s], false});
       want_required_[s] = 0;
       want_desired_[s] = 0;
       is_dirty_[s] = 0;
@@ -589,12 +590,15 @@ void KvCache::mapper_main() {
     // Required growth first: the step thread is (or soon will be) waiting.
     const Clock::time_point start = Clock::now();
     Status failure;
-    for (const Work& w : work) {
+    for (Work& w : work) {
       if (w.required == 0) continue;
       std::lock_guard map_lock(map_mutex_);
       const Status status =
           grow(w.slot, w.required, GrowPolicy{.reclaim = true, .only_active = true}, true);
-      if (!status.ok() && failure.ok()) failure = status;
+      if (!status.ok()) {
+        w.failed = true;
+        if (failure.ok()) failure = status;
+      }
     }
     double busy = seconds_since(start);
 
@@ -612,6 +616,7 @@ void KvCache::mapper_main() {
     const Clock::time_point lookahead_start = Clock::now();
     for (const Work& w : work) {
       if (posted_.load(std::memory_order_acquire) != taken) break;
+      if (w.failed) continue;  // the waiter gets the failure; state stays rolled back
       std::lock_guard map_lock(map_mutex_);
       const Status status =
           grow(w.slot, w.desired, GrowPolicy{.reclaim = false, .only_active = true}, true);

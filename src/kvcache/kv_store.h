@@ -101,7 +101,9 @@ class KvStore {
   virtual Status wait(PrepareTicket ticket) = 0;
 
   // Admission. Tokens the whole store can hold; tokens one slot can grow to
-  // right now; tokens all unused memory could back for new growth.
+  // right now; tokens all unused memory could back for new growth. Each is a
+  // consistent snapshot; while growth or reclamation is in flight (pages
+  // between the pool and a slot) it may be momentarily low, never high.
   virtual std::int64_t capacity_tokens() const = 0;
   virtual std::int64_t capacity_tokens(int slot) const = 0;
   virtual std::int64_t free_tokens() const = 0;
