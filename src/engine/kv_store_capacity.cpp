@@ -39,18 +39,30 @@ KvStoreCapacity::KvStoreCapacity(kvcache::KvStore& store, KvGeometry geometry,
 }
 
 std::int64_t KvStoreCapacity::promise_units(std::int64_t tokens) const {
+  // The tokens themselves, plus what the mapper maps ahead of them - capped
+  // at the whole cache: alone, a slot cannot be handed more than that.
   const std::int64_t mapped =
       std::min<std::int64_t>(store_.max_ctx(), tokens + geometry_.lookahead_tokens);
-  return geometry_.units_for_tokens(mapped);
+  return std::max(geometry_.units_for_tokens(tokens),
+                  std::min(geometry_.units_for_tokens(mapped), geometry_.total_units));
 }
 
 bool KvStoreCapacity::can_allocate(int num_tokens) const {
   if (num_tokens > store_.max_ctx() || store_.num_free_slots() == 0) return false;
   std::int64_t need = promise_units(num_tokens);
   if (geometry_.held_units) {
-    // acquire() may pick any free slot; assume the one holding the most.
-    for (int s = 0; s < static_cast<int>(slot_units_.size()); ++s)
-      if (slot_units_[s] < 0) need = std::max(need, geometry_.held_units(s));
+    // acquire() picks the free slot whose held depth best fits: the smallest
+    // one that covers the request, if any (else one holding less than the
+    // request needs, which the promise covers anyway). allocate() accounts
+    // the depth it actually gets.
+    const std::int64_t request_units = geometry_.units_for_tokens(num_tokens);
+    std::int64_t best_fit = -1;
+    for (int s = 0; s < static_cast<int>(slot_units_.size()); ++s) {
+      if (slot_units_[s] >= 0) continue;
+      const std::int64_t held = geometry_.held_units(s);
+      if (held >= request_units && (best_fit < 0 || held < best_fit)) best_fit = held;
+    }
+    need = std::max(need, best_fit);
   }
   return used_units_ + need <= geometry_.total_units;
 }

@@ -10,10 +10,9 @@
 //     background mapper maps that far ahead from free pages, and pages mapped
 //     into an active slot cannot be reclaimed by others);
 //   - with deferred reclamation, acquire() may hand the new request an idle
-//     slot that still holds pages; those pages then count against the
-//     promise budget too, and admission checks against the largest such
-//     surplus, so it never over-commits (with no running request the check
-//     always passes: no admission deadlock).
+//     slot that still holds more pages than it needs (best fit by depth);
+//     those pages count against the promise budget too: admission predicts
+//     the slot acquire() will pick, and allocate() accounts the depth it got.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -144,7 +144,8 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix)
   append_scalar(out, p + "num_preemptions_total", "counter",
                 "Requests preempted (by recomputation) because the KV cache was full.",
                 m.num_preemptions);
-  append_scalar(out, p + "prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+  append_scalar(out, p + "prompt_tokens_total", "counter",
+                "Prompt tokens of requests, counted at their first generated token.",
                 m.prompt_tokens);
   append_scalar(out, p + "generation_tokens_total", "counter", "Generated tokens.",
                 m.generation_tokens);
