@@ -5,9 +5,9 @@
 // with clang; seeds: tests/tokenizer/data/chat/templates, dictionary:
 // tools/fuzz/chat_template.dict).
 //
-// The first input byte picks the mode: even -> the rest is a template,
-// rendered against a fixed conversation; odd -> the rest is a JSON message
-// list rendered with a fixed tool-calling template.
+// An input starting with '[' is a JSON message list, rendered with a fixed
+// tool-calling template; anything else is a template, rendered against a
+// fixed conversation (so template files are seeds as they are).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -67,10 +67,9 @@ const vpod::tokenizer::ChatTemplate& tool_template() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size == 0) return 0;
-  const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if ((data[0] & 1) == 0) {
-    auto parsed = Template::parse(rest);
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  if (input.empty() || input[0] != '[') {
+    auto parsed = Template::parse(input);
     if (!parsed.ok()) {
       VPOD_CHECK(!parsed.status().message().empty());
       return 0;
@@ -86,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
   }
-  const ordered_json messages = ordered_json::parse(rest, nullptr, /*allow_exceptions=*/false);
+  const ordered_json messages = ordered_json::parse(input, nullptr, /*allow_exceptions=*/false);
   if (messages.is_discarded()) return 0;
   vpod::tokenizer::ChatRenderOptions options;
   options.limits = small_limits().limits;
