@@ -165,13 +165,19 @@ TEST_P(VattnCapacityTest, TightCacheForcesPreemptionAndOutputsMatchSoloRuns) {
   EXPECT_EQ((*cache)->stats().active_slots, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, VattnCapacityTest,
-                         ::testing::Values(VattnCase{kvcache::GrowthMode::synchronous,
-                                                     kvcache::ReclaimPolicy::deferred, 0},
-                                           VattnCase{kvcache::GrowthMode::background,
-                                                     kvcache::ReclaimPolicy::deferred, 8},
-                                           VattnCase{kvcache::GrowthMode::background,
-                                                     kvcache::ReclaimPolicy::eager, 4}));
+INSTANTIATE_TEST_SUITE_P(
+    Modes, VattnCapacityTest,
+    ::testing::Values(
+        VattnCase{kvcache::GrowthMode::synchronous, kvcache::ReclaimPolicy::deferred, 0},
+        VattnCase{kvcache::GrowthMode::background, kvcache::ReclaimPolicy::deferred, 8},
+        VattnCase{kvcache::GrowthMode::background, kvcache::ReclaimPolicy::eager, 4}),
+    [](const ::testing::TestParamInfo<VattnCase>& info) {
+      const VattnCase& c = info.param;
+      return std::string(c.growth == kvcache::GrowthMode::background ? "Background"
+                                                                     : "Synchronous") +
+             (c.reclaim == kvcache::ReclaimPolicy::eager ? "Eager" : "Deferred") + "Lookahead" +
+             std::to_string(c.lookahead_tokens);
+    });
 
 TEST(KvStoreCapacity, PromisesCountLookaheadAndHeldPages) {
   auto provider = std::shared_ptr<kvcache::VmmProvider>(
