@@ -120,6 +120,13 @@ Result<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
     v.index_by_id_[token.id] = v.tokens_.size();
     v.tokens_.push_back(token);
   }
+  for (const AddedToken& token : v.tokens_) {
+    if (v.special_contents_.count(token.content) == 0) continue;
+    if (static_cast<std::size_t>(token.id) >= v.special_ids_.size()) {
+      v.special_ids_.resize(token.id + 1, false);
+    }
+    v.special_ids_[token.id] = true;
+  }
   for (std::size_t i = 0; i < v.tokens_.size(); ++i) {
     const AddedToken& token = v.tokens_[i];
     if (!token.normalized) {

@@ -75,8 +75,11 @@ class AddedVocabulary {
   // -1 when `content` is not an added token.
   TokenId token_to_id(std::string_view content) const;
   const AddedToken* find_by_id(TokenId id) const;
-  bool is_special_content(std::string_view content) const {
-    return special_contents_.count(std::string(content)) != 0;
+  // Whether decode(skip_special_tokens) drops `id`. tokenizers decides by
+  // the token's string; every string has one id (added tokens found in the
+  // model vocab take the model's id), so deciding by id is the same.
+  bool is_special_id(TokenId id) const {
+    return id >= 0 && static_cast<std::size_t>(id) < special_ids_.size() && special_ids_[id];
   }
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
@@ -85,6 +88,7 @@ class AddedVocabulary {
   std::unordered_map<std::string, TokenId> id_by_content_;
   std::unordered_map<TokenId, std::size_t> index_by_id_;  // into tokens_
   std::unordered_set<std::string> special_contents_;
+  std::vector<bool> special_ids_;      // by id
   LiteralMatcher raw_matcher_;         // normalized=false tokens
   LiteralMatcher normalized_matcher_;  // normalized=true tokens, normalized content
   Regex word_char_;                    // Rust regex's \w, for single_word

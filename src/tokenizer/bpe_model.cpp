@@ -13,6 +13,7 @@ namespace vpod::tokenizer {
 namespace {
 
 constexpr std::uint64_t kEmptyKey = ~std::uint64_t{0};
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // Words at least this long are not cached (tokenizers' MAX_LENGTH): they are
 // rare and would crowd out the common ones.
@@ -317,6 +318,18 @@ Status BpeModel::add_merges(std::span<const std::pair<std::string_view, std::str
       }
     }
   }
+  // Word splitting is safe when no merge crosses a "x|▁" boundary, "▁" is a
+  // token of its own (so no unknown run fuses across it), and no prefix or
+  // suffix depends on the position in the piece.
+  bool crossing = false;
+  for (const auto& [a, b] : merges) {
+    const bool a_ends_with_metaspace =
+        a.size() >= kMetaspace.size() && a.substr(a.size() - kMetaspace.size()) == kMetaspace;
+    crossing = crossing || (!a_ends_with_metaspace && b.substr(0, kMetaspace.size()) == kMetaspace);
+  }
+  split_before_metaspace_ = !crossing && vocab_.find(kMetaspace) >= 0 &&
+                            options_.continuing_subword_prefix.empty() &&
+                            options_.end_of_word_suffix.empty();
   const std::size_t mask = merge_slots_.size() - 1;
   constexpr std::size_t kAhead = 16;
   for (std::size_t i = 0; i < n; ++i) {
@@ -339,11 +352,29 @@ Status BpeModel::tokenize(std::string_view piece, std::vector<TokenId>& ids) con
       return {};
     }
   }
-  const bool cacheable = piece.size() < kMaxCachedWordBytes;
-  if (cacheable && cache_->lookup(piece, ids)) return {};
+  if (!split_before_metaspace_) return tokenize_word(piece, ids);
+  // Cut before each "▁" that follows another character.
+  std::size_t start = 0;
+  std::size_t pos = piece.find(kMetaspace, 1);
+  while (pos != std::string_view::npos) {
+    const bool after_metaspace =
+        pos >= kMetaspace.size() &&
+        piece.substr(pos - kMetaspace.size(), kMetaspace.size()) == kMetaspace;
+    if (!after_metaspace && pos > start) {
+      VPOD_RETURN_IF_ERROR(tokenize_word(piece.substr(start, pos - start), ids));
+      start = pos;
+    }
+    pos = piece.find(kMetaspace, pos + kMetaspace.size());
+  }
+  return tokenize_word(piece.substr(start), ids);
+}
+
+Status BpeModel::tokenize_word(std::string_view word, std::vector<TokenId>& ids) const {
+  const bool cacheable = word.size() < kMaxCachedWordBytes;
+  if (cacheable && cache_->lookup(word, ids)) return {};
   const std::size_t first = ids.size();
-  VPOD_RETURN_IF_ERROR(merge_word(piece, ids));
-  if (cacheable) cache_->insert(piece, ids.data() + first, ids.size() - first);
+  VPOD_RETURN_IF_ERROR(merge_word(word, ids));
+  if (cacheable) cache_->insert(word, ids.data() + first, ids.size() - first);
   return {};
 }
 

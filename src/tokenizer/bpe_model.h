@@ -106,6 +106,7 @@ class BpeModel {
   const MergeSlot* find_merge(TokenId left, TokenId right) const;
   void insert_merge(TokenId left, TokenId right, std::uint32_t rank, TokenId new_id);
   Status merge_word(std::string_view word, std::vector<TokenId>& ids) const;
+  Status tokenize_word(std::string_view word, std::vector<TokenId>& ids) const;
 
   Vocab vocab_;
   BpeOptions options_;
@@ -113,6 +114,11 @@ class BpeModel {
   std::array<TokenId, 256> byte_token_ids_{};  // "<0xAB>" ids, -1 when absent
   std::vector<MergeSlot> merge_slots_;
   std::size_t num_merges_ = 0;  // distinct pairs
+  // SentencePiece-style pieces ("▁The▁cat▁sat", no pre-tokenizer) are whole
+  // lines. When no merge can join a symbol ending in another character to
+  // one starting with "▁", BPE on the line equals BPE on its "▁word" parts,
+  // which can then be cached: add_merges() checks that and sets this flag.
+  bool split_before_metaspace_ = false;
   std::unique_ptr<WordCache> cache_;
 };
 

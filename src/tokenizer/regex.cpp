@@ -178,6 +178,7 @@ Result<Regex> Regex::literal(std::string_view text) {
   Regex regex;
   regex.code_ = std::move(owned);
   regex.pattern_ = std::string(text);
+  regex.is_literal_ = true;
   return regex;
 }
 
@@ -206,6 +207,26 @@ Result<bool> Regex::search(std::string_view text, std::size_t from, std::size_t*
 Status Regex::find_matches(std::string_view text, std::vector<MatchSpan>& out) const {
   if (text.empty()) {
     out.push_back({0, 0, false});
+    return {};
+  }
+  if (is_literal_) {
+    // Leftmost non-overlapping occurrences, as the escaped regex would give.
+    std::size_t previous_end = 0;
+    std::size_t at = pattern_.empty() ? text.npos : text.find(pattern_);
+    while (at != text.npos) {
+      if (at > previous_end) {
+        out.push_back(
+            {static_cast<std::uint32_t>(previous_end), static_cast<std::uint32_t>(at), false});
+      }
+      previous_end = at + pattern_.size();
+      out.push_back(
+          {static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(previous_end), true});
+      at = text.find(pattern_, previous_end);
+    }
+    if (previous_end < text.size()) {
+      out.push_back({static_cast<std::uint32_t>(previous_end),
+                     static_cast<std::uint32_t>(text.size()), false});
+    }
     return {};
   }
   // Oniguruma's find_iter: after an empty match at the end of the previous

@@ -26,7 +26,8 @@ class Regex {
  public:
   // Compiles an Oniguruma-syntax pattern (as found in tokenizer.json).
   static Result<Regex> compile(std::string_view pattern);
-  // A pattern matching `text` literally.
+  // A pattern matching `text` literally (tokenizers' String patterns; an
+  // empty one matches nothing).
   static Result<Regex> literal(std::string_view text);
 
   // Appends to `out` the spans covering `text` (valid UTF-8): matches and the
@@ -45,6 +46,7 @@ class Regex {
   struct Code;
   std::shared_ptr<const Code> code_;
   std::string pattern_;
+  bool is_literal_ = false;  // pattern_ is plain text: matched with find(), no PCRE2
 };
 
 // Rewrites the Oniguruma escapes whose PCRE2 meaning differs (\s, \S: the

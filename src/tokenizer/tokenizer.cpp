@@ -74,9 +74,9 @@ Result<std::string> Tokenizer::decode(std::span<const TokenId> ids,
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const TokenId id : ids) {
+    if (skip_special_tokens && added_.is_special_id(id)) continue;
     const std::optional<std::string_view> token = id_to_token(id);
     if (!token) continue;
-    if (skip_special_tokens && added_.is_special_content(*token)) continue;
     tokens.emplace_back(*token);
   }
   std::string text;
@@ -102,10 +102,7 @@ TokenId Tokenizer::token_to_id(std::string_view token) const {
   return added >= 0 ? added : model_->vocab().find(token);
 }
 
-bool Tokenizer::is_special(TokenId id) const {
-  const std::optional<std::string_view> token = id_to_token(id);
-  return token && added_.is_special_content(*token);
-}
+bool Tokenizer::is_special(TokenId id) const { return added_.is_special_id(id); }
 
 std::size_t Tokenizer::vocab_size() const {
   std::size_t limit = model_->vocab().id_limit();
