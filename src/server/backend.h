@@ -70,8 +70,9 @@ class ServingBackend {
                                                      bool add_special_tokens) const = 0;
   virtual Result<std::string> detokenize(std::span<const std::int32_t> token_ids,
                                          bool skip_special_tokens) const = 0;
-  // The raw bytes one token stands for (may be part of a UTF-8 character);
-  // what logprobs report as the token.
+  // One token's text as logprobs report it: the token decoded alone (a piece
+  // of a multi-byte character may come out as U+FFFD, or as its raw bytes;
+  // the server makes it valid UTF-8 and reports these bytes as `bytes`).
   virtual std::string token_bytes(std::int32_t token) const = 0;
   // Renders the model's chat template over validated OpenAI messages
   // ({"role", "content": string or text parts, "name"?}); an error when the

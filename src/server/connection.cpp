@@ -39,6 +39,21 @@ bool matches(int fd, const ConnectionAddress& a) {
   return endpoint(fd, /*peer=*/false, addr, port) && port == a.local_port && addr == a.local_addr;
 }
 
+// Calls `f(fd)` for every descriptor number open in this process.
+template <typename F>
+void for_each_open_fd(F f) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  const int dir_fd = dirfd(dir);
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd == dir_fd || fd <= 2) continue;
+    if (f(fd)) break;
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 int find_connection_socket(const ConnectionAddress& address) {
@@ -46,20 +61,27 @@ int find_connection_socket(const ConnectionAddress& address) {
   thread_local int cached = -1;
   if (cached >= 0 && matches(cached, address)) return cached;
   cached = -1;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  const int dir_fd = dirfd(dir);
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
-    const int fd = std::atoi(entry->d_name);
-    if (fd == dir_fd || fd <= 2) continue;
-    if (matches(fd, address)) {
-      cached = fd;
-      break;
-    }
-  }
-  closedir(dir);
+  for_each_open_fd([&](int fd) {
+    if (!matches(fd, address)) return false;
+    cached = fd;
+    return true;
+  });
   return cached;
+}
+
+int shutdown_connections(int local_port) {
+  int count = 0;
+  for_each_open_fd([&](int fd) {
+    std::string addr;
+    int port = -1;
+    // A connected socket on our port: getpeername fails for the listener.
+    if (endpoint(fd, /*peer=*/false, addr, port) && port == local_port &&
+        endpoint(fd, /*peer=*/true, addr, port) && ::shutdown(fd, SHUT_RDWR) == 0) {
+      ++count;
+    }
+    return false;
+  });
+  return count;
 }
 
 bool peer_closed(int fd) {

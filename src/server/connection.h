@@ -23,6 +23,12 @@ struct ConnectionAddress {
 // The open socket with these addresses, or -1 when none is found.
 int find_connection_socket(const ConnectionAddress& address);
 
+// Shuts down both directions of every connected TCP socket of this process
+// whose local port is `local_port` (a server's accepted connections), so
+// worker threads idling on keep-alive connections return at once. Returns
+// how many. For shutdown, after the listener is closed.
+int shutdown_connections(int local_port);
+
 // True when the peer has closed or reset the connection (it can no longer
 // read what we would send). Does not block and does not consume input.
 bool peer_closed(int fd);

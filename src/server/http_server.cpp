@@ -560,17 +560,18 @@ void HttpServer::attach(ServingBackend* backend) { impl_->backend.store(backend)
 void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   Impl& s = *impl_;
   s.draining = true;
-  const auto wait_idle = [&](Clock::time_point deadline) {
-    while (s.active_generations.load() > 0 && Clock::now() < deadline) {
+  const auto wait_idle = [&](Clock::time_point deadline, bool until_abort) {
+    while (s.active_generations.load() > 0 && Clock::now() < deadline &&
+           !(until_abort && s.abort_all.load())) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   };
-  wait_idle(Clock::now() + drain_timeout);
+  wait_idle(Clock::now() + drain_timeout, /*until_abort=*/true);
   if (s.active_generations.load() > 0) {
     VPOD_LOG_INFO("drain deadline passed: aborting {} requests", s.active_generations.load());
   }
   s.abort_all = true;
-  wait_idle(Clock::now() + kAbortGrace);
+  wait_idle(Clock::now() + kAbortGrace, /*until_abort=*/false);
   s.stopped = true;
   if (s.serving.load()) {
     // serve() may be between its check of `stopped` and the listener start.
@@ -580,7 +581,13 @@ void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
     }
   }
   s.http.stop();
+  // Idle keep-alive connections would hold their worker threads (and so
+  // serve()) until the keep-alive timeout.
+  const int closed = shutdown_connections(s.port);
+  if (closed > 0) VPOD_LOG_DEBUG("closed {} open connections", closed);
 }
+
+void HttpServer::abort_in_flight() { impl_->abort_all = true; }
 
 bool HttpServer::draining() const { return impl_->draining.load(); }
 int HttpServer::num_active_generations() const { return impl_->active_generations.load(); }

@@ -66,6 +66,9 @@ class HttpServer {
   // until `drain_timeout`; the rest are aborted (their streams end with
   // finish_reason "abort"); then the listener closes and serve() returns.
   void shutdown(std::chrono::milliseconds drain_timeout);
+  // Ends a shutdown's drain now: in-flight requests are aborted (e.g. on a
+  // second Ctrl-C). Callable from any thread, before or during shutdown().
+  void abort_in_flight();
 
   bool draining() const;
   // Generation requests being served right now.

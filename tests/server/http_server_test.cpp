@@ -523,6 +523,20 @@ TEST(HttpServer, KeepAliveServesManyRequestsOnOneConnection) {
   }
 }
 
+TEST(HttpServer, ShutdownClosesIdleKeepAliveConnections) {
+  Harness h;
+  h.attach();
+  auto c = h.client();
+  c.set_keep_alive(true);
+  auto r = post(c, "/v1/completions", {{"prompt", "k"}, {"max_tokens", 1}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  // The connection stays open and idle; the keep-alive timeout is 30 s.
+  const auto start = std::chrono::steady_clock::now();
+  h.stop(0ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
 TEST(HttpServer, ShutdownDrainsThenAborts) {
   Harness h({}, 5ms);
   h.attach();
