@@ -38,10 +38,10 @@ struct KvGeometry {
   // may hand to the next request. Null: none (the paged cache frees at once).
   std::function<std::int64_t(int slot)> held_units;
   // Called before acquire(). For the background vAttention cache it drains the
-  // mapper: today a lookahead target posted for a slot's previous owner can
-  // still be mapped after the slot is released and re-acquired, growing the
-  // new owner beyond its promise (reported to the kvcache owner; remove this
-  // once release() cancels the slot's pending targets).
+  // mapper so that the free slots' held depths it reads are settled (growth
+  // already in flight for a slot as it is released can still finish). The
+  // cache itself drops growth a slot's previous owner posted, so a drain is
+  // not needed for that.
   std::function<void()> before_acquire;
 };
 

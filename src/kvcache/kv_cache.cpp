@@ -99,6 +99,7 @@ Status KvCache::init() {
   scratch_victims_.reserve(config_.max_slots);
   want_required_.assign(config_.max_slots, 0);
   want_desired_.assign(config_.max_slots, 0);
+  want_generation_.assign(config_.max_slots, 0);
   is_dirty_.assign(config_.max_slots, 0);
   dirty_slots_.reserve(config_.max_slots);
   results_.resize(kTicketHistory);
@@ -234,6 +235,7 @@ Result<int> KvCache::acquire(std::int64_t expected_tokens) {
   }
   slots_[best].active = true;
   slots_[best].used_tokens = 0;
+  ++slots_[best].generation;
   return best;
 }
 
@@ -392,7 +394,10 @@ Status KvCache::grow(int slot_index, std::int64_t target_depth, GrowPolicy polic
   {
     std::lock_guard lock(state_mutex_);
     const Slot& slot = slots_[slot_index];
-    if (policy.only_active && !slot.active) return {};
+    if (policy.only_active &&
+        (!slot.active || (policy.generation != 0 && slot.generation != policy.generation))) {
+      return {};
+    }
     from = slot.depth;
   }
   if (target_depth <= from) return {};
@@ -529,8 +534,16 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
   PrepareTicket ticket = 0;
   {
     std::lock_guard lock(queue_mutex_);
+    std::lock_guard state_lock(state_mutex_);  // order: queue_mutex_ before state_mutex_
     for (const SlotTokens& entry : next) {
       const int s = entry.slot;
+      const std::uint64_t generation = slots_[s].generation;
+      if (want_generation_[s] != generation) {
+        // The slot changed owners since these wants were posted: drop them.
+        want_required_[s] = 0;
+        want_desired_[s] = 0;
+        want_generation_[s] = generation;
+      }
       if (need_required) {
         want_required_[s] = std::max(want_required_[s], pages_for_tokens(entry.tokens));
       }
@@ -562,7 +575,8 @@ void KvCache::mapper_main() {
     int slot;
     std::int64_t required;
     std::int64_t desired;
-    bool failed;  // required growth failed: no lookahead retry this round
+    std::uint64_t generation;  // the owner that asked
+    bool failed;               // required growth failed: no lookahead retry this round
   };
   std::vector<Work> work;
   work.reserve(config_.max_slots);
@@ -579,7 +593,7 @@ void KvCache::mapper_main() {
     const std::uint64_t first = done_ticket_;
     work.clear();
     for (const int s : dirty_slots_) {
-      work.push_back(Work{s, want_required_[s], want_desired_[s], false});
+      work.push_back(Work{s, want_required_[s], want_desired_[s], want_generation_[s], false});
       want_required_[s] = 0;
       want_desired_[s] = 0;
       is_dirty_[s] = 0;
@@ -594,7 +608,8 @@ void KvCache::mapper_main() {
       if (w.required == 0) continue;
       std::lock_guard map_lock(map_mutex_);
       const Status status =
-          grow(w.slot, w.required, GrowPolicy{.reclaim = true, .only_active = true}, true);
+          grow(w.slot, w.required,
+               GrowPolicy{.reclaim = true, .only_active = true, .generation = w.generation}, true);
       if (!status.ok()) {
         w.failed = true;
         if (failure.ok()) failure = status;
@@ -619,7 +634,8 @@ void KvCache::mapper_main() {
       if (w.failed) continue;  // the waiter gets the failure; state stays rolled back
       std::lock_guard map_lock(map_mutex_);
       const Status status =
-          grow(w.slot, w.desired, GrowPolicy{.reclaim = false, .only_active = true}, true);
+          grow(w.slot, w.desired,
+               GrowPolicy{.reclaim = false, .only_active = true, .generation = w.generation}, true);
       if (!status.ok() && status.code() != StatusCode::resource_exhausted) {
         VPOD_LOG_WARN("KV lookahead: {}", status.to_string());
       }

@@ -42,7 +42,10 @@
 //     reclaim, eager release) and is held across driver calls and fence
 //     waits, so ensure() may wait for the mapper's current growth step;
 //   - a queue mutex and two condition variables carry prepare() -> mapper ->
-//     wait(); the mapper never spins and is joined by the destructor.
+//     wait(); the mapper never spins and is joined by the destructor;
+//   - posted growth is tagged with the slot's owner (a generation bumped by
+//     acquire()), so growth a released slot's old owner asked for is dropped
+//     and never lands on the slot's next owner.
 // Memory of a slot is readable only up to backed_tokens(slot); the views are
 // immutable for the cache's lifetime. Destroying the cache synchronizes with
 // all GPU work first (readers of active slots have no fence).
@@ -142,6 +145,7 @@ class KvCache final : public KvStore {
     std::int64_t depth = 0;        // pages mapped in each region
     std::int64_t used_tokens = 0;  // largest ensure/prepare target since acquire
     std::uint64_t release_order = 0;
+    std::uint64_t generation = 0;   // bumped by acquire(): which owner holds it
     std::vector<PageId> pages;      // [num_regions][max_depth]
     std::vector<Mapping> mappings;  // [num_regions]; touched only under map_mutex_
     std::unique_ptr<Fence> fence;   // recorded at release
@@ -149,6 +153,9 @@ class KvCache final : public KvStore {
   struct GrowPolicy {
     bool reclaim = true;       // may take pages from idle slots
     bool only_active = false;  // skip (ok) if the slot is not active
+    // With only_active: also skip unless the slot is still held by the owner
+    // that asked (0 = any owner). Stale growth never reaches a new owner.
+    std::uint64_t generation = 0;
   };
   struct Victim {
     int slot = 0;
@@ -210,12 +217,13 @@ class KvCache final : public KvStore {
   std::condition_variable done_cv_;  // wait() waits for done_ticket_
   bool stop_ = false;
   bool mapper_ready_ = false;
-  bool mapper_idle_ = false;                 // waiting for work, nothing in hand
-  Status mapper_status_;                     // why the mapper could not start
-  std::atomic<std::uint64_t> posted_{0};     // every post, lookahead-only included
-  std::uint64_t done_ticket_ = 0;            // required work finished through here
-  std::vector<std::int64_t> want_required_;  // [max_slots] target depth, 0 = none
-  std::vector<std::int64_t> want_desired_;   // [max_slots]
+  bool mapper_idle_ = false;                    // waiting for work, nothing in hand
+  Status mapper_status_;                        // why the mapper could not start
+  std::atomic<std::uint64_t> posted_{0};        // every post, lookahead-only included
+  std::uint64_t done_ticket_ = 0;               // required work finished through here
+  std::vector<std::int64_t> want_required_;     // [max_slots] target depth, 0 = none
+  std::vector<std::int64_t> want_desired_;      // [max_slots]
+  std::vector<std::uint64_t> want_generation_;  // [max_slots] owner the wants belong to
   std::vector<int> dirty_slots_;
   std::vector<std::uint8_t> is_dirty_;
   // The outcome of each of the last kTicketHistory tickets (ticket t at

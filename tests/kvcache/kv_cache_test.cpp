@@ -373,5 +373,50 @@ TEST(KvCachePrepare, MappingFailureReachesTheWaiterAndOnlyThatTicket) {
   ASSERT_TRUE(cache->check_invariants().ok());
 }
 
+TEST(KvCachePrepare, GrowthPostedByAReleasedSlotsOwnerNeverReachesItsNextOwner) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  KvCacheConfig config = small_config(KvLayout::all_layers, GrowthMode::background, 40);
+  config.max_slots = 3;
+  auto cache = make_cache(config, provider);
+  const std::int64_t page_tokens = cache->tokens_for_pages(1);
+  ASSERT_GT(page_tokens, 0);
+  const int a = *cache->acquire(8 * page_tokens);
+  const int x = *cache->acquire(300);
+  const int s = *cache->acquire(10);
+  // X: an idle slot holding most of the pool behind a fence that stays closed.
+  ASSERT_TRUE(cache->ensure(x, 300).ok());
+  // S: the slot whose owner changes; one depth step mapped.
+  ASSERT_TRUE(cache->ensure(s, 10).ok());
+  provider->set_fences_gated(true);
+  ASSERT_TRUE(cache->release(x, nullptr).ok());
+  // A's growth must reclaim from X, so the mapper blocks on X's fence.
+  const SlotTokens grow_a[] = {{a, 8 * page_tokens}};
+  auto t1 = cache->prepare(grow_a);
+  ASSERT_TRUE(t1.ok());
+  for (int i = 0; i < 2000 && provider->ledger().fence_waits_blocked == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(provider->ledger().fence_waits_blocked, 0) << "the mapper never reached the fence";
+  // S's owner asks for a lot, then leaves before the mapper gets to it...
+  const SlotTokens grow_s[] = {{s, 150}};
+  ASSERT_TRUE(cache->prepare(grow_s).ok());
+  ASSERT_TRUE(cache->release(s, nullptr).ok());
+  // ...and a small request gets S (best fit: it already backs 10 tokens).
+  ASSERT_EQ(*cache->acquire(10), s);
+  provider->open_fences();
+  provider->set_fences_gated(false);
+  ASSERT_TRUE(cache->wait(*t1).ok());
+  cache->drain();
+  EXPECT_EQ(cache->backed_tokens(s), page_tokens) << "the old owner's growth reached the new one";
+  // The new owner's own growth still works.
+  const SlotTokens grow_new[] = {{s, 40}};
+  auto t3 = cache->prepare(grow_new);
+  ASSERT_TRUE(t3.ok());
+  ASSERT_TRUE(cache->wait(*t3).ok());
+  EXPECT_GE(cache->backed_tokens(s), 40);
+  ASSERT_TRUE(cache->check_invariants().ok());
+  EXPECT_EQ(provider->ledger().double_maps, 0);
+}
+
 }  // namespace
 }  // namespace vpod::kvcache
