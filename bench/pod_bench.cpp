@@ -1,0 +1,480 @@
+// `vpod bench pod`: POD-Attention (one fused launch per hybrid batch) against
+// our serial prefill + decode kernels, on the four hybrid cases of
+// docs/gpu.md and a paper-style random sweep (context 4K-20K, chunk 512-2K,
+// decode batch 8-256, Llama-3-8B heads 32/8 and Yi-6B heads 32/4; head_dim
+// 128). Per case: validate (POD's output against the serial kernels', every
+// element), then time both (CUDA events, warm-up, median), and print the
+// roofline bound max(FLOPs / 771 TFLOP/s, bytes / 4.24 TB/s). The sweep ends
+// with the mean, median, min and max speedup and the fraction of cases within
+// 1.25x of the bound. --json FILE writes every case (shapes included) for
+// tools/bench_pod_peers.py, which times PyTorch SDPA (FA2, cuDNN) serially on
+// the same shapes and prints the tables side by side.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/attention_bench_fill.h"
+#include "bench/benches.h"
+#include "common/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/event.h"
+#include "cuda/stream.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/pod.h"
+
+namespace vpod::bench {
+namespace {
+
+using attention::AttentionBuffers;
+using attention::AttentionDims;
+using attention::AttentionPlan;
+using attention::PodPlan;
+using nlohmann::json;
+
+constexpr double kPeakTflops = 771.0;  // docs/gpu.md: bf16 GEMM on the H200
+constexpr double kPeakTbps = 4.24;     // device-to-device copy
+constexpr int kMaxCtx = 20480;
+constexpr int kMaxDecodes = 256;
+
+struct PodCase {
+  std::string name;
+  bool named = false;
+  int q_heads = 32, kv_heads = 8;
+  int chunk = 0, chunk_ctx = 0;  // one prefill chunk ending at context chunk_ctx
+  int decodes = 0, decode_ctx = 0;
+};
+
+std::vector<PodCase> named_cases() {
+  auto c = [](const char* name, int chunk, int chunk_ctx, int decodes, int decode_ctx) {
+    return PodCase{name, true, 32, 8, chunk, chunk_ctx, decodes, decode_ctx};
+  };
+  return {c("chunk 1024 @4096 + 64 @4096", 1024, 4096, 64, 4096),
+          c("chunk 2048 @8192 + 32 @8192", 2048, 8192, 32, 8192),
+          c("chunk 512 @16384 + 128 @2048", 512, 16384, 128, 2048),
+          c("chunk 1024 @12288 + 64 @12288", 1024, 12288, 64, 12288)};
+}
+
+std::vector<PodCase> sweep_cases(int n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<PodCase> cases;
+  for (int i = 0; i < n; ++i) {
+    PodCase c;
+    c.kv_heads = i % 2 == 0 ? 8 : 4;
+    c.chunk = uniform(512, 2048);
+    c.chunk_ctx = uniform(std::max(4096, c.chunk), kMaxCtx);
+    c.decodes = uniform(8, kMaxDecodes);
+    c.decode_ctx = uniform(4096, kMaxCtx);
+    c.name = fmt::format("s{:03d} {}/{} {}@{} + {}@{}", i, c.q_heads, c.kv_heads, c.chunk,
+                         c.chunk_ctx, c.decodes, c.decode_ctx);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+struct Args {
+  std::string json_path;
+  std::string case_filter;
+  std::string dtype = "fp16";
+  std::string ratio = "proportional";
+  int virtual_decode = 0;
+  int prefill_splits = 0;
+  int decode_splits = 0;
+  int sweep = 200;
+  std::uint64_t seed = 2026;
+  bool named = true;
+  int min_iters = 10;
+  int max_iters = 100;
+  double target_ms = 150.0;
+  double sweep_target_ms = 40.0;
+};
+
+HybridBatch make_batch(const PodCase& c) {
+  HybridBatch b;
+  int offset = 0;
+  if (c.chunk > 0) {
+    b.prefills.push_back({0, c.chunk_ctx - c.chunk, c.chunk, 0});
+    offset = c.chunk;
+  }
+  for (int i = 0; i < c.decodes; ++i) b.decodes.push_back({1 + i, c.decode_ctx - 1, 1, offset++});
+  b.token_ids.assign(offset, 0);
+  return b;
+}
+
+double case_flops(const PodCase& c) {
+  const double cached = c.chunk_ctx - c.chunk;
+  const double prefill_pairs = c.chunk * cached + 0.5 * c.chunk * (c.chunk + 1.0);
+  const double decode_pairs = static_cast<double>(c.decodes) * c.decode_ctx;
+  return 4.0 * 128 * c.q_heads * (prefill_pairs + decode_pairs);
+}
+
+double case_bytes(const PodCase& c, std::size_t elem) {
+  const double kv_row = 2.0 * c.kv_heads * 128 * elem;  // K and V of one token
+  const double qo_row = 2.0 * c.q_heads * 128 * elem;   // Q read and O written
+  return kv_row * (c.chunk_ctx + static_cast<double>(c.decodes) * c.decode_ctx) +
+         qo_row * (c.chunk + c.decodes);
+}
+
+struct Timing {
+  double median_ms = 0;
+  int iters = 0;
+};
+
+template <typename Launch>
+Timing time_runs(double target_ms, int min_iters, int max_iters, cudaStream_t stream,
+                 Launch launch) {
+  auto start = cuda::Event::create(cuda::Event::Timing::enabled).value();
+  auto stop = cuda::Event::create(cuda::Event::Timing::enabled).value();
+  constexpr int kWarmup = 3;
+  start.record(stream);
+  for (int i = 0; i < kWarmup; ++i) launch();
+  stop.record(stream);
+  stop.synchronize();
+  const double warm_ms = cuda::Event::elapsed_ms(start, stop) / kWarmup;
+  const int iters =
+      std::clamp(static_cast<int>(target_ms / std::max(warm_ms, 1e-3)), min_iters, max_iters);
+  std::vector<cuda::Event> events;
+  for (int i = 0; i < 2 * iters; ++i) {
+    events.push_back(cuda::Event::create(cuda::Event::Timing::enabled).value());
+  }
+  for (int i = 0; i < iters; ++i) {
+    events[2 * i].record(stream);
+    launch();
+    events[2 * i + 1].record(stream);
+  }
+  events.back().synchronize();
+  std::vector<double> ms(iters);
+  for (int i = 0; i < iters; ++i) ms[i] = cuda::Event::elapsed_ms(events[2 * i], events[2 * i + 1]);
+  std::sort(ms.begin(), ms.end());
+  return {ms[iters / 2], iters};
+}
+
+struct Row {
+  PodCase c;
+  double pod_ms = 0, serial_ms = 0, bound_ms = 0, flops = 0, bytes = 0;
+  double max_diff = 0;
+  bool valid = false;
+  attention::PodConfig config;
+  int serial_prefill_items = 0, serial_decode_items = 0;
+};
+
+// Device state shared by the cases of one head configuration: one cache of
+// kMaxDecodes + 1 slots x kMaxCtx tokens filled with random values once.
+struct Bench {
+  AttentionDims dims;
+  attention::PodDevice device;
+  cuda::DeviceBuffer k, v, q, out_pod, out_serial;
+  cuda::DeviceBuffer pod_meta, pod_work, serial_meta, serial_work;
+  attention::PodCounters counters;
+  KvLayerView kv;
+
+  static Result<Bench> create(const AttentionDims& dims, cudaStream_t stream) {
+    Bench b;
+    b.dims = dims;
+    VPOD_ASSIGN_OR_RETURN(b.device, attention::query_pod_device(dims));
+    const std::size_t elem = dtype_size(dims.dtype);
+    const std::size_t token = static_cast<std::size_t>(dims.num_kv_heads) * dims.head_dim;
+    const std::size_t cache = (kMaxDecodes + 1) * static_cast<std::size_t>(kMaxCtx) * token * elem;
+    VPOD_ASSIGN_OR_RETURN(b.k, cuda::DeviceBuffer::allocate(cache));
+    VPOD_ASSIGN_OR_RETURN(b.v, cuda::DeviceBuffer::allocate(cache));
+    fill_random_device(b.k.data(), cache / elem, 11 + dims.num_kv_heads, dims.dtype == DType::bf16,
+                       stream);
+    fill_random_device(b.v.data(), cache / elem, 22 + dims.num_kv_heads, dims.dtype == DType::bf16,
+                       stream);
+    const std::size_t qbytes =
+        static_cast<std::size_t>(2048 + kMaxDecodes) * dims.num_q_heads * dims.head_dim * elem;
+    VPOD_ASSIGN_OR_RETURN(b.q, cuda::DeviceBuffer::allocate(qbytes));
+    VPOD_ASSIGN_OR_RETURN(b.out_pod, cuda::DeviceBuffer::allocate(qbytes));
+    VPOD_ASSIGN_OR_RETURN(b.out_serial, cuda::DeviceBuffer::allocate(qbytes));
+    fill_random_device(b.q.data(), qbytes / elem, 33, dims.dtype == DType::bf16, stream);
+    VPOD_ASSIGN_OR_RETURN(b.counters, attention::PodCounters::create(stream));
+    b.kv.k = b.k.data();
+    b.kv.v = b.v.data();
+    b.kv.dtype = dims.dtype;
+    b.kv.device = Device::cuda;
+    b.kv.num_slots = kMaxDecodes + 1;
+    b.kv.max_ctx = kMaxCtx;
+    b.kv.num_kv_heads = dims.num_kv_heads;
+    b.kv.head_dim = dims.head_dim;
+    b.kv.head_stride = dims.head_dim;
+    b.kv.token_stride = static_cast<std::int64_t>(token);
+    b.kv.slot_stride = static_cast<std::int64_t>(token) * kMaxCtx;
+    return b;
+  }
+
+  static Status ensure(cuda::DeviceBuffer& buffer, std::size_t bytes) {
+    if (buffer.bytes() >= bytes && buffer.data() != nullptr) return Status();
+    VPOD_ASSIGN_OR_RETURN(buffer, cuda::DeviceBuffer::allocate(std::max<std::size_t>(bytes, 256)));
+    return Status();
+  }
+};
+
+Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t stream, Row& row) {
+  const AttentionDims& dims = b.dims;
+  const HybridBatch batch = make_batch(c);
+  const int tokens = batch.num_tokens();
+  const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
+  attention::PodOptions options;
+  options.device = b.device;
+  VPOD_ASSIGN_OR_RETURN(options.ratio, attention::parse_pod_ratio(args.ratio));
+  options.virtual_decode = args.virtual_decode;
+  options.prefill_splits = args.prefill_splits;
+  options.decode_splits = args.decode_splits;
+  VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
+  VPOD_ASSIGN_OR_RETURN(AttentionPlan serial_plan,
+                        AttentionPlan::create(batch, dims, {b.device.num_sms, 0, 0}));
+  const AttentionPlan& pp = pod_plan.attention();
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_meta, pp.metadata_bytes()));
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_work, pp.workspace_bytes()));
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.serial_meta, serial_plan.metadata_bytes()));
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.serial_work, serial_plan.workspace_bytes()));
+  const AttentionBuffers pod_buffers{b.pod_meta.data(), b.pod_meta.bytes(), b.pod_work.data(),
+                                     b.pod_work.bytes()};
+  const AttentionBuffers serial_buffers{b.serial_meta.data(), b.serial_meta.bytes(),
+                                        b.serial_work.data(), b.serial_work.bytes()};
+  VPOD_RETURN_IF_ERROR(pod_plan.upload(pod_buffers, stream));
+  VPOD_RETURN_IF_ERROR(serial_plan.upload(serial_buffers, stream));
+  auto view = [&](cuda::DeviceBuffer& buf) {
+    return TensorView(buf.data(), dims.dtype, {tokens, dims.num_q_heads, dims.head_dim},
+                      Device::cuda);
+  };
+  const TensorView q = view(b.q), out_pod = view(b.out_pod), out_serial = view(b.out_serial);
+  Status launch_status;
+  auto launch_pod = [&] {
+    if (launch_status.ok()) {
+      launch_status =
+          attention::pod(pod_plan, pod_buffers, b.counters, q, b.kv, out_pod, scale, stream);
+    }
+  };
+  auto launch_serial = [&] {
+    if (launch_status.ok()) {
+      launch_status =
+          attention::prefill(serial_plan, serial_buffers, q, b.kv, out_serial, scale, stream);
+    }
+    if (launch_status.ok()) {
+      launch_status =
+          attention::decode(serial_plan, serial_buffers, q, b.kv, out_serial, scale, stream);
+    }
+  };
+
+  // Validate: every element of POD's output against the serial kernels'.
+  const std::size_t elems = static_cast<std::size_t>(tokens) * dims.num_q_heads * dims.head_dim;
+  b.out_pod.fill_bytes(0xff, stream);
+  b.out_serial.fill_bytes(0xff, stream);
+  launch_pod();
+  launch_serial();
+  VPOD_RETURN_IF_ERROR(launch_status);
+  VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), StatusCode::internal);
+  std::vector<std::uint16_t> a(elems), s(elems);
+  b.out_pod.copy_to_host(a.data(), elems * 2);
+  b.out_serial.copy_to_host(s.data(), elems * 2);
+  auto to_f = [&](std::uint16_t x) {
+    return dims.dtype == DType::bf16 ? bf16_bits_to_float(x) : half_bits_to_float(x);
+  };
+  bool finite = true;
+  double diff = 0;
+  for (std::size_t i = 0; i < elems; ++i) {
+    const float x = to_f(a[i]), y = to_f(s[i]);
+    finite = finite && std::isfinite(x) && std::isfinite(y);
+    diff = std::max<double>(diff, std::abs(x - y));
+  }
+  const double tolerance = dims.dtype == DType::bf16 ? 6e-2 : 1e-2;
+  row.c = c;
+  row.max_diff = diff;
+  row.valid = finite && diff <= tolerance;
+  row.config = pod_plan.config();
+  row.serial_prefill_items = static_cast<int>(serial_plan.prefill_items().size());
+  row.serial_decode_items = static_cast<int>(serial_plan.decode_items().size());
+  row.flops = case_flops(c);
+  row.bytes = case_bytes(c, dtype_size(dims.dtype));
+  row.bound_ms = std::max(row.flops / (kPeakTflops * 1e12), row.bytes / (kPeakTbps * 1e12)) * 1e3;
+
+  const double target = c.named ? args.target_ms : args.sweep_target_ms;
+  // Alternate the two so clock and thermal drift hit both alike.
+  const Timing tp1 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_pod);
+  const Timing ts1 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_serial);
+  const Timing tp2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_pod);
+  const Timing ts2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_serial);
+  VPOD_RETURN_IF_ERROR(launch_status);
+  row.pod_ms = std::min(tp1.median_ms, tp2.median_ms);
+  row.serial_ms = std::min(ts1.median_ms, ts2.median_ms);
+  return Status();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run(const Args& args) {
+  auto dtype = parse_dtype(args.dtype);
+  if (!dtype.ok()) {
+    fmt::print(stderr, "vpod bench pod: {}\n", dtype.status().message());
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    fmt::print(stderr, "vpod bench pod: no CUDA GPU\n");
+    return 1;
+  }
+  auto stream = cuda::Stream::create();
+  if (!stream.ok()) {
+    fmt::print(stderr, "vpod bench pod: {}\n", stream.status().to_string());
+    return 1;
+  }
+  std::vector<PodCase> cases;
+  if (args.named) cases = named_cases();
+  for (const PodCase& c : sweep_cases(args.sweep, args.seed)) cases.push_back(c);
+  std::vector<Row> rows;
+  std::map<int, Bench> benches;  // by kv heads
+  for (const PodCase& c : cases) {
+    if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
+    if (!benches.count(c.kv_heads)) {
+      benches.clear();  // one cache at a time
+      auto b = Bench::create({c.q_heads, c.kv_heads, 128, *dtype}, stream->get());
+      if (!b.ok()) {
+        fmt::print(stderr, "vpod bench pod: {}\n", b.status().to_string());
+        return 1;
+      }
+      benches.emplace(c.kv_heads, std::move(*b));
+    }
+    Row row;
+    const Status s = run_case(c, args, benches.at(c.kv_heads), stream->get(), row);
+    if (!s.ok()) {
+      fmt::print(stderr, "vpod bench pod: {}: {}\n", c.name, s.to_string());
+      return 1;
+    }
+    rows.push_back(row);
+  }
+
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  fmt::print(
+      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}\n", date, prop.name,
+      dtype_name(*dtype), args.ratio,
+      args.virtual_decode == 0 ? std::string("planner") : std::to_string(args.virtual_decode));
+  fmt::print("{:<34} {:>9} {:>9} {:>8} {:>9} {:>8}  {:<26} {}\n", "case", "POD ms", "serial ms",
+             "speedup", "bound ms", "POD/bnd", "plan (splits p/d, CTAs p+d)", "check");
+  bool all_valid = true;
+  std::vector<double> sweep_speedups;
+  int within = 0, sweep_n = 0;
+  for (const Row& r : rows) {
+    all_valid = all_valid && r.valid;
+    const double speedup = r.serial_ms / r.pod_ms;
+    if (!r.c.named) {
+      sweep_speedups.push_back(speedup);
+      ++sweep_n;
+      within += r.pod_ms <= 1.25 * r.bound_ms;
+    }
+    const std::string plan =
+        fmt::format("{}/{} {}+{}x{}", r.config.prefill_splits, r.config.decode_splits,
+                    r.config.prefill_ctas, r.config.decode_ctas, r.config.virtual_decode);
+    if (r.c.named || rows.size() <= 40 || !r.valid) {
+      fmt::print("{:<34} {:>9.4f} {:>9.4f} {:>7.3f}x {:>9.4f} {:>7.2f}x  {:<26} {}\n", r.c.name,
+                 r.pod_ms, r.serial_ms, speedup, r.bound_ms, r.pod_ms / r.bound_ms, plan,
+                 r.valid ? fmt::format("ok (diff {:.1e})", r.max_diff)
+                         : fmt::format("FAIL (diff {:.1e})", r.max_diff));
+    }
+  }
+  if (sweep_n > 0) {
+    double mean = 0;
+    for (double x : sweep_speedups) mean += x;
+    mean /= sweep_n;
+    fmt::print(
+        "sweep of {} cases (seed {}): speedup POD vs serial mean {:.3f}x, median {:.3f}x, "
+        "min {:.3f}x, max {:.3f}x; within 1.25x of the bound: {}/{} ({:.1f}%)\n",
+        sweep_n, args.seed, mean, median(sweep_speedups),
+        *std::min_element(sweep_speedups.begin(), sweep_speedups.end()),
+        *std::max_element(sweep_speedups.begin(), sweep_speedups.end()), within, sweep_n,
+        100.0 * within / sweep_n);
+  }
+  for (const Row& r : rows) {
+    if (r.c.named) fmt::print("plan {}: {}\n", r.c.name, r.config.reason);
+  }
+  if (!args.json_path.empty()) {
+    json out;
+    out["bench"] = "pod";
+    out["date"] = date;
+    out["gpu"] = prop.name;
+    out["dtype"] = std::string(dtype_name(*dtype));
+    out["head_dim"] = 128;
+    out["ratio"] = args.ratio;
+    out["virtual_decode"] = args.virtual_decode;
+    out["peak_tflops"] = kPeakTflops;
+    out["peak_tbps"] = kPeakTbps;
+    out["seed"] = args.seed;
+    for (const Row& r : rows) {
+      out["results"].push_back({{"case", r.c.name},
+                                {"named", r.c.named},
+                                {"q_heads", r.c.q_heads},
+                                {"kv_heads", r.c.kv_heads},
+                                {"chunk", r.c.chunk},
+                                {"chunk_ctx", r.c.chunk_ctx},
+                                {"decodes", r.c.decodes},
+                                {"decode_ctx", r.c.decode_ctx},
+                                {"pod_ms", r.pod_ms},
+                                {"serial_ms", r.serial_ms},
+                                {"speedup", r.serial_ms / r.pod_ms},
+                                {"bound_ms", r.bound_ms},
+                                {"flops", r.flops},
+                                {"bytes", r.bytes},
+                                {"valid", r.valid},
+                                {"max_diff", r.max_diff},
+                                {"prefill_splits", r.config.prefill_splits},
+                                {"decode_splits", r.config.decode_splits},
+                                {"virtual_decode", r.config.virtual_decode},
+                                {"prefill_ctas", r.config.prefill_ctas},
+                                {"decode_ctas", r.config.decode_ctas},
+                                {"ctas_per_sm", r.config.ctas_per_sm},
+                                {"estimate_us", r.config.estimate_us},
+                                {"plan", r.config.reason},
+                                {"serial_prefill_items", r.serial_prefill_items},
+                                {"serial_decode_items", r.serial_decode_items}});
+    }
+    std::ofstream(args.json_path) << out.dump(2) << "\n";
+  }
+  if (!all_valid) {
+    fmt::print(stderr, "vpod bench pod: VALIDATION FAILED (see the check column)\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_pod_bench(CLI::App& bench) {
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = bench.add_subcommand(
+      "pod", "POD-Attention vs serial prefill+decode on hybrid batches: validate, time, roofline");
+  cmd->add_option("--json", args->json_path, "write every case as JSON (for bench_pod_peers.py)");
+  cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
+  cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
+  cmd->add_option("--ratio", args->ratio, "proportional or even")->capture_default_str();
+  cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-splits", args->prefill_splits, "force prefill KV splits (0: plan)");
+  cmd->add_option("--decode-splits", args->decode_splits, "force decode KV splits (0: plan)");
+  cmd->add_option("--sweep", args->sweep, "random sweep cases (0: none)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "sweep seed")->capture_default_str();
+  cmd->add_flag("!--no-named", args->named, "skip the four named cases");
+  cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
+  cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
+  cmd->callback([args] {
+    const int rc = run(*args);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace vpod::bench

@@ -1,0 +1,151 @@
+// POD-Attention: a hybrid batch's prefill and decode attention in ONE kernel
+// launch, with SM-aware CTA scheduling (docs/pod.md; seeds.md section 2).
+//
+// One engine step:
+//   static PodDevice gpu = query_pod_device(dims).value();                (once per process)
+//   PodCounters counters = PodCounters::create(stream).value();           (once per stream)
+//   plan = PodPlan::create(batch, dims, {.mode = mode, .device = gpu});   (CPU, once per step)
+//   plan.upload(buffers, stream);                                         (once per step)
+//   per layer: append_kv(plan.attention(), buffers, k_new, v_new, kv, stream);
+//              hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
+// hybrid_attention runs the fused kernel (mode pod) or the separate prefill and
+// decode kernels (mode serial); both read and write the same tensors as
+// attention.h's launchers. Like them it validates every input, returns a
+// Status, allocates nothing and only enqueues on `stream`, so a layer can be
+// captured in a CUDA graph: the scheduling counters reset themselves at the
+// end of every launch (one PodCounters per stream that launches POD).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "cuda/device_buffer.h"
+#include "kernels/attention/attention.h"
+
+namespace vpod::attention {
+
+// How a step's attention runs: the fused POD kernel, or prefill then decode.
+enum class AttentionMode { serial, pod };
+Result<AttentionMode> parse_attention_mode(std::string_view name);  // "pod" | "serial"
+const char* attention_mode_name(AttentionMode mode);
+
+// How a CTA's per-SM ticket picks its kind: in proportion to the prefill and
+// decode CTA counts (default), or alternating 50:50.
+enum class PodRatio { proportional, even };
+Result<PodRatio> parse_pod_ratio(std::string_view name);  // "proportional" | "even"
+const char* pod_ratio_name(PodRatio ratio);
+
+// Decode tiles per decode CTA ("virtual decode CTAs"): 1 runs the 4-warp decode
+// tile of attention.h; 2 runs two independent 2-warp decode tiles side by side,
+// each synchronized by its own named barrier.
+inline constexpr int kPodMaxVirtualDecode = 2;
+
+// What the GPU offers the fused kernel, from occupancy queries on the current
+// device (query_pod_device) or filled by hand (tests).
+struct PodDevice {
+  int num_sms = 0;
+  // Co-resident CTAs per SM of the fused kernel, by decode tiles per CTA
+  // (index 1 and 2; index 0 unused).
+  int ctas_per_sm[kPodMaxVirtualDecode + 1] = {0, 0, 0};
+};
+Result<PodDevice> query_pod_device(const AttentionDims& dims);
+
+struct PodOptions {
+  AttentionMode mode = AttentionMode::pod;
+  PodDevice device;  // required: num_sms and ctas_per_sm
+  PodRatio ratio = PodRatio::proportional;
+  // 0: the planner decides (see PodConfig::reason). n > 0 forces a value.
+  int virtual_decode = 0;  // 1 or 2
+  int prefill_splits = 0;  // KV splits per prefill tile
+  int decode_splits = 0;   // KV splits of the longest decode
+  // Upper bound of prefill CTAs the planner splits up to (0: 2 x num_sms).
+  int max_prefill_ctas = 0;
+};
+
+// What the planner chose for one step, and why.
+struct PodConfig {
+  AttentionMode mode = AttentionMode::pod;
+  PodRatio ratio = PodRatio::proportional;
+  int virtual_decode = 1;
+  int ctas_per_sm = 0;     // fused kernel occupancy for that choice
+  int prefill_splits = 1;  // passed to AttentionPlan (forced)
+  int decode_splits = 1;
+  int prefill_ctas = 0;    // prefill tiles x query heads (after splits)
+  int decode_tiles = 0;    // decode items x KV heads x head chunks (after splits)
+  int decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
+  int grid = 0;            // prefill_ctas + decode_ctas: CTAs of the one launch
+  double estimate_us = 0;  // the planner's makespan estimate (H200 calibration)
+  std::string reason;
+};
+
+// The plan of one step: the work lists (an AttentionPlan whose KV splits the
+// POD planner chose) and the fused kernel's configuration. CPU only; every
+// layer of the step reuses it.
+class PodPlan {
+ public:
+  static Result<PodPlan> create(const HybridBatch& batch, const AttentionDims& dims,
+                                const PodOptions& options);
+
+  const AttentionPlan& attention() const { return plan_; }
+  const PodConfig& config() const { return config_; }
+  AttentionMode mode() const { return config_.mode; }
+  Status upload(const AttentionBuffers& buffers, cudaStream_t stream) const {
+    return plan_.upload(buffers, stream);
+  }
+
+ private:
+  PodPlan(AttentionPlan plan, PodConfig config)
+      : plan_(std::move(plan)), config_(std::move(config)) {}
+  AttentionPlan plan_;
+  PodConfig config_;
+};
+
+// The fused kernel's scheduling counters: per-SM tickets (sized from the
+// device's %nsmid), per-kind tile counters and a completion counter. Zeroed
+// once at creation on `stream`; every launch leaves them zero again (the last
+// CTA to claim its tile resets them), so no memset runs per launch and the
+// launch can be captured in a CUDA graph. Use one PodCounters per stream (two
+// launches in flight at once must not share counters).
+class PodCounters {
+ public:
+  static Result<PodCounters> create(cudaStream_t stream);
+  std::uint32_t* data() const { return buffer_.as<std::uint32_t>(); }
+  int num_sm_counters() const { return num_sm_counters_; }
+  std::size_t bytes() const { return buffer_.bytes(); }
+
+ private:
+  cuda::DeviceBuffer buffer_;
+  int num_sm_counters_ = 0;
+};
+
+// Optional per-CTA record of what ran where (tests of placement independence):
+// for CTA b, trace[3b] = kind (0 prefill, 1 decode), trace[3b+1] = tile or
+// decode-CTA index, trace[3b+2] = %smid. Device memory of 3 x grid int32.
+struct PodTrace {
+  std::int32_t* data = nullptr;
+  int capacity_ctas = 0;
+};
+
+// The fused launch (plus a combine launch when the plan split KV). The plan
+// must be in mode pod and uploaded to `buffers`.
+Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+           const TensorView& q, const KvLayerView& kv, const TensorView& out, float softmax_scale,
+           cudaStream_t stream, const PodTrace& trace = {});
+Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+                 const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                 float softmax_scale, cudaStream_t stream, const PodTrace& trace = {});
+
+// The step's attention in the plan's mode: pod(), or prefill() then decode().
+Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                        const PodCounters& counters, const TensorView& q, const KvLayerView& kv,
+                        const TensorView& out, float softmax_scale, cudaStream_t stream);
+Status paged_hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                              const PodCounters& counters, const TensorView& q,
+                              const PagedKvView& kv, const TensorView& out, float softmax_scale,
+                              cudaStream_t stream);
+
+}  // namespace vpod::attention

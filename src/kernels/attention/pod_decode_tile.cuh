@@ -1,0 +1,293 @@
+// The virtual decode tile of POD: flash-decoding for one sequence's query
+// heads of one KV head (up to 16, packed into the rows of one mma tile) on
+// kWarps warps, so that several decode tiles share one 128-thread CTA side by
+// side ("virtual decode CTAs"). The math is DecodeTile's (decode_tile.cuh):
+// each warp takes 16 keys of every key block and keeps its own online
+// softmax, and the warps merge through shared memory at the end. What
+// differs is the synchronization: a tile's warps meet only at their own
+// named barrier (`bar.sync id, 32 * kWarps`), never at a __syncthreads, so the
+// other tiles of the CTA run independently (any number of key blocks).
+//
+// A key block is 16 x kWarps keys; the KV splits of the plan start at
+// multiples of kDecodeBlockN (64), which are multiples of that.
+#pragma once
+
+#include "kernels/attention/attention_device.cuh"
+
+namespace vpod::attention::device {
+
+// Synchronizes the kThreads threads of one virtual tile: a named barrier
+// (ids 1..15; 0 is __syncthreads), or __syncwarp for a one-warp tile.
+template <int kThreads>
+__device__ __forceinline__ void tile_barrier(int barrier_id) {
+  if constexpr (kThreads == 32) {
+    __syncwarp();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(kThreads) : "memory");
+  }
+}
+
+template <typename T, int kHeadDim, int kWarps>
+struct VirtualDecodeTile {
+  static constexpr int kRows = kDecodeRows;  // 16 query heads
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpKeys = 16;
+  static constexpr int kBlockN = kWarpKeys * kWarps;
+  static constexpr int kStages = 3;
+  static constexpr int kKSteps = kHeadDim / 16;
+  static constexpr int kDAtoms = kHeadDim / 8;
+  static constexpr int kSmemQ = kRows * kHeadDim * 2;
+  static constexpr int kSmemKV = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemStage = 2 * kSmemKV;
+  static constexpr int kMergeStride = kHeadDim + 4;
+  static constexpr int kSmemMerge = (kWarps * kRows * kMergeStride + 2 * kWarps * kRows) * 4;
+  static constexpr int kSmemPipeline =
+      kStages * kSmemStage > kSmemMerge ? kStages* kSmemStage : kSmemMerge;
+  static constexpr int kSmemBytes = kSmemQ + kSmemPipeline;
+  using Tile = SwizzledTile<kHeadDim>;
+  using E = ElementTraits<T>;
+  static_assert(kDecodeBlockN % kBlockN == 0, "plan splits must start on a key block");
+  static_assert(kSmemBytes % 128 == 0, "virtual tiles are placed back to back");
+  static constexpr int kThreadsPerRow = kThreads / kRows;
+  static constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;
+  static_assert(kColsPerThread % 8 == 0, "a thread writes whole 16-byte chunks");
+
+  // Loads key block [key0, key0 + kBlockN) of K and V into a pipeline stage.
+  static __device__ __forceinline__ void load_stage(std::uint32_t s_stage, const KvAddressing& kv,
+                                                    int slot, int kv_head, int key0, int kv_end,
+                                                    int tid) {
+    const T* k_base = static_cast<const T*>(kv.k);
+    const T* v_base = static_cast<const T*>(kv.v);
+    constexpr int kChunks = kBlockN * Tile::kRowChunks;
+    static_assert(kChunks % kThreads == 0, "key block chunks must divide among the threads");
+#pragma unroll
+    for (int i = 0; i < kChunks / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int row = c / Tile::kRowChunks;
+      const int chunk = c % Tile::kRowChunks;
+      const int key = key0 + row;
+      const bool valid = key < kv_end;
+      const std::int64_t offset = valid ? kv_offset(kv, slot, key, kv_head) + chunk * 8 : 0;
+      const std::uint32_t dst = s_stage + Tile::offset(row, chunk);
+      cp_async_16(dst, k_base + offset, valid);
+      cp_async_16(dst + kSmemKV, v_base + offset, valid);
+    }
+  }
+
+  // Runs one tile with threads tid in [0, kThreads) of barrier `barrier_id`.
+  // `smem` (kSmemBytes, 128-byte aligned) belongs to this tile alone.
+  static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int kv_head,
+                             int head_chunk, char* smem, int tid, int barrier_id) {
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const SequenceDesc seq = p.plan.decode_seqs[item.seq];
+    const int head0 = kv_head * p.group_size + head_chunk * kRows;
+    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+    const std::uint32_t s_q = smem_addr(smem);
+    const std::uint32_t s_pipe = s_q + kSmemQ;
+
+    const T* q_rows = static_cast<const T*>(p.q) +
+                      static_cast<std::int64_t>(seq.token_offset) * p.q_token_stride +
+                      static_cast<std::int64_t>(head0) * kHeadDim;
+    {
+      constexpr int kChunks = kRows * Tile::kRowChunks;
+      static_assert(kChunks % kThreads == 0, "Q chunks must divide among the threads");
+#pragma unroll
+      for (int i = 0; i < kChunks / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int row = c / Tile::kRowChunks;
+        const int chunk = c % Tile::kRowChunks;
+        const bool valid = row < rows;
+        cp_async_16(s_q + Tile::offset(row, chunk),
+                    valid ? static_cast<const void*>(q_rows + row * kHeadDim + chunk * 8) : p.q,
+                    valid);
+      }
+    }
+    const int num_blocks = (item.kv_end - item.kv_begin + kBlockN - 1) / kBlockN;
+#pragma unroll
+    for (int stage = 0; stage < kStages - 1; ++stage) {
+      if (stage < num_blocks) {
+        load_stage(s_pipe + stage * kSmemStage, p.kv, seq.slot, kv_head,
+                   item.kv_begin + stage * kBlockN, item.kv_end, tid);
+      }
+      cp_async_commit();  // the Q tile rides in the first group
+    }
+    cp_async_wait<kStages - 2>();
+    tile_barrier<kThreads>(barrier_id);
+    std::uint32_t q_frag[kKSteps][4];
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      ldmatrix_x4(q_frag[ks], s_q + Tile::at(Tile::lane_offset(lane % 16, lane / 16), 0, ks * 2));
+    }
+
+    float o[kDAtoms][4];
+#pragma unroll
+    for (int d = 0; d < kDAtoms; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[d][e] = 0.f;
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+    const std::uint32_t k_lane = Tile::lane_offset((lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
+    const std::uint32_t v_lane = Tile::lane_offset(lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
+
+    for (int block = 0; block < num_blocks; ++block) {
+      cp_async_wait<kStages - 2>();
+      tile_barrier<kThreads>(barrier_id);  // block landed; the tile is done with block - 1
+      {
+        const int next = block + kStages - 1;
+        if (next < num_blocks) {
+          load_stage(s_pipe + (next % kStages) * kSmemStage, p.kv, seq.slot, kv_head,
+                     item.kv_begin + next * kBlockN, item.kv_end, tid);
+        }
+        cp_async_commit();
+      }
+      const std::uint32_t s_k_warp =
+          s_pipe + (block % kStages) * kSmemStage + warp * kWarpKeys * Tile::kRowBytes;
+      const std::uint32_t s_v_warp = s_k_warp + kSmemKV;
+
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, s_k_warp + Tile::at(k_lane, 0, ks * 2));
+        const std::uint32_t b_lo[2] = {b[0], b[1]};
+        const std::uint32_t b_hi[2] = {b[2], b[3]};
+        E::mma(s[0], q_frag[ks], b_lo);
+        E::mma(s[1], q_frag[ks], b_hi);
+      }
+      const int key0 = item.kv_begin + block * kBlockN + warp * kWarpKeys;
+      if (key0 + kWarpKeys > item.kv_end) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (key0 + j * 8 + (lane % 4) * 2 + (e & 1) >= item.kv_end) s[j][e] = -INFINITY;
+          }
+        }
+      }
+
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float block_max =
+            fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+        block_max = quad_max(block_max) * p.scale_log2;
+        const float new_max = fmaxf(row_max[h], block_max);
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        const float correction = exp2_approx(row_max[h] - base);
+        row_max[h] = new_max;
+        float sum = row_sum[h] * correction;
+#pragma unroll
+        for (int d = 0; d < kDAtoms; ++d) {
+          o[d][2 * h] *= correction;
+          o[d][2 * h + 1] *= correction;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = exp2_approx(fmaf(s[j][2 * h + e], p.scale_log2, -base));
+            s[j][2 * h + e] = pr;
+            sum += pr;
+          }
+        }
+        row_sum[h] = sum;
+      }
+
+      const std::uint32_t a[4] = {E::pack(s[0][0], s[0][1]), E::pack(s[0][2], s[0][3]),
+                                  E::pack(s[1][0], s[1][1]), E::pack(s[1][2], s[1][3])};
+#pragma unroll
+      for (int np = 0; np < kDAtoms / 2; ++np) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, s_v_warp + Tile::at(v_lane, 0, np * 2));
+        const std::uint32_t b_lo[2] = {b[0], b[1]};
+        const std::uint32_t b_hi[2] = {b[2], b[3]};
+        E::mma(o[2 * np], a, b_lo);
+        E::mma(o[2 * np + 1], a, b_hi);
+      }
+    }
+    cp_async_wait<0>();
+    tile_barrier<kThreads>(barrier_id);  // the pipeline becomes the merge buffer
+
+    float* merge_o = reinterpret_cast<float*>(smem + kSmemQ);    // [warp][row][kMergeStride]
+    float* merge_max = merge_o + kWarps * kRows * kMergeStride;  // [warp][row]
+    float* merge_sum = merge_max + kWarps * kRows;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      float* dst = merge_o + (warp * kRows + row) * kMergeStride + (lane % 4) * 2;
+#pragma unroll
+      for (int d = 0; d < kDAtoms; ++d) {
+        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h], o[d][2 * h + 1]);
+      }
+      const float sum = quad_sum(row_sum[h]);
+      if (lane % 4 == 0) {
+        merge_max[warp * kRows + row] = row_max[h];
+        merge_sum[warp * kRows + row] = sum;
+      }
+    }
+    tile_barrier<kThreads>(barrier_id);
+
+    const int row = tid / kThreadsPerRow;
+    const int col0 = (tid % kThreadsPerRow) * kColsPerThread;
+    float overall_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) overall_max = fmaxf(overall_max, merge_max[w * kRows + row]);
+    const float base = overall_max == -INFINITY ? 0.f : overall_max;
+    float weight[kWarps];
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      weight[w] = exp2_approx(merge_max[w * kRows + row] - base);
+      total += weight[w] * merge_sum[w * kRows + row];
+    }
+    if (row >= rows) return;
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    float acc[kColsPerThread];
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; c += 4) {
+      float4 sum4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(merge_o + (w * kRows + row) * kMergeStride + col0 + c);
+        sum4.x += weight[w] * v.x;
+        sum4.y += weight[w] * v.y;
+        sum4.z += weight[w] * v.z;
+        sum4.w += weight[w] * v.w;
+      }
+      acc[c] = sum4.x * inv;
+      acc[c + 1] = sum4.y * inv;
+      acc[c + 2] = sum4.z * inv;
+      acc[c + 3] = sum4.w * inv;
+    }
+    if (item.partial_row < 0) {
+      T* dst = static_cast<T*>(p.out) +
+               static_cast<std::int64_t>(seq.token_offset) * p.out_token_stride +
+               static_cast<std::int64_t>(head0 + row) * kHeadDim + col0;
+#pragma unroll
+      for (int c = 0; c < kColsPerThread; c += 8) {
+        uint4 packed;
+        packed.x = E::pack(acc[c], acc[c + 1]);
+        packed.y = E::pack(acc[c + 2], acc[c + 3]);
+        packed.z = E::pack(acc[c + 4], acc[c + 5]);
+        packed.w = E::pack(acc[c + 6], acc[c + 7]);
+        *reinterpret_cast<uint4*>(dst + c) = packed;
+      }
+    } else {
+      const std::int64_t prow =
+          static_cast<std::int64_t>(item.partial_row) * p.num_q_heads + head0 + row;
+      float* dst = p.plan.partial_o + prow * kHeadDim + col0;
+#pragma unroll
+      for (int c = 0; c < kColsPerThread; c += 4) {
+        *reinterpret_cast<float4*>(dst + c) =
+            make_float4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]);
+      }
+      if (tid % kThreadsPerRow == 0) {
+        p.plan.partial_lse[prow] = total > 0.f ? overall_max + __log2f(total) : -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace vpod::attention::device

@@ -1,0 +1,23 @@
+// Internal: host entry points of the fused POD kernel, per element type
+// (pod_f16.cu, pod_bf16.cu), and the %nsmid query (pod_misc.cu). Only
+// pod_launch.cpp calls them, after validating every input.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "common/status.h"
+#include "kernels/attention/pod_params.h"
+
+namespace vpod::attention::detail {
+
+// grid = prefill_ctas + decode_ctas, 128 threads.
+Status launch_pod_f16(const PodParams& params, int head_dim, cudaStream_t stream);
+Status launch_pod_bf16(const PodParams& params, int head_dim, cudaStream_t stream);
+// Co-resident CTAs per SM of the fused kernel (occupancy query, current device).
+Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode);
+Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode);
+// %nsmid of the current device, read by a one-thread kernel on `stream`
+// (synchronizes the stream).
+Result<int> query_nsmid(cudaStream_t stream);
+
+}  // namespace vpod::attention::detail

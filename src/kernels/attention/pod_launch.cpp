@@ -1,0 +1,202 @@
+// The POD launchers: validate every input like attention_launch.cpp, fill the
+// fused kernel's parameters from the plan, enqueue it (and the combine when
+// the plan split KV); the device queries behind PodDevice and PodCounters.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "kernels/attention/attention_kernels.h"
+#include "kernels/attention/attention_validate.h"
+#include "kernels/attention/pod.h"
+#include "kernels/attention/pod_kernels.h"
+
+namespace vpod::attention {
+namespace {
+
+KvAddressing contiguous_addressing(const KvLayerView& kv) {
+  KvAddressing a;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.outer_stride = kv.slot_stride;
+  a.token_stride = kv.token_stride;
+  a.head_stride = kv.head_stride;
+  return a;
+}
+
+KvAddressing paged_addressing(const PagedKvView& kv) {
+  KvAddressing a;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.outer_stride = kv.block_stride;
+  a.token_stride = kv.token_stride;
+  a.head_stride = kv.head_stride;
+  a.block_table = kv.block_table;
+  a.block_table_stride = kv.max_blocks_per_slot;
+  a.block_shift = std::countr_zero(static_cast<unsigned>(kv.block_size));
+  return a;
+}
+
+Status check_inputs(const PodPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+                    const TensorView& out, float softmax_scale) {
+  if (plan.mode() != AttentionMode::pod) {
+    return invalid_argument("attention::pod needs a plan made in mode pod (got serial)");
+  }
+  const AttentionPlan& ap = plan.attention();
+  VPOD_RETURN_IF_ERROR(validate_token_view("q", q, ap, ap.dims().num_q_heads));
+  VPOD_RETURN_IF_ERROR(validate_token_view("out", out, ap, ap.dims().num_q_heads));
+  VPOD_RETURN_IF_ERROR(validate_softmax_scale(softmax_scale));
+  return validate_buffers(buffers, ap);
+}
+
+Status check_counters(const PodPlan& plan, const PodCounters& counters, const PodTrace& trace) {
+  if (plan.config().grid > 0) {
+    if (counters.data() == nullptr || counters.num_sm_counters() < 1) {
+      return invalid_argument("POD counters are not created (PodCounters::create)");
+    }
+    const int virtual_decode = plan.config().virtual_decode;
+    if (virtual_decode < 1 || virtual_decode > kPodMaxVirtualDecode) {
+      return invalid_argument(
+          fmt::format("POD plan has {} decode tiles per CTA (1 or 2)", virtual_decode));
+    }
+  }
+  if (trace.data != nullptr && trace.capacity_ctas < plan.config().grid) {
+    return invalid_argument(fmt::format("POD trace holds {} CTAs; the launch has {}",
+                                        trace.capacity_ctas, plan.config().grid));
+  }
+  return Status();
+}
+
+Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+               const TensorView& q, const TensorView& out, float softmax_scale,
+               const KvAddressing& kv, cudaStream_t stream, const PodTrace& trace) {
+  const PodConfig& config = plan.config();
+  if (config.grid == 0) return Status();
+  const AttentionPlan& ap = plan.attention();
+  const AttentionDims& dims = ap.dims();
+  PodParams p;
+  AttentionParams& a = p.attn;
+  a.q = q.data();
+  a.q_token_stride = q.stride(0);
+  a.out = out.data();
+  a.out_token_stride = out.stride(0);
+  a.kv = kv;
+  a.num_q_heads = dims.num_q_heads;
+  a.num_kv_heads = dims.num_kv_heads;
+  a.group_size = dims.group_size();
+  a.decode_head_chunks = ap.decode_head_chunks();
+  a.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // * log2(e)
+  a.num_prefill_items = static_cast<std::int32_t>(ap.prefill_items().size());
+  a.num_decode_items = static_cast<std::int32_t>(ap.decode_items().size());
+  a.plan = ap.pointers(buffers);
+  p.counters = counters.data();
+  p.num_sm_counters = counters.num_sm_counters();
+  p.prefill_ctas = config.prefill_ctas;
+  p.decode_tiles = config.decode_tiles;
+  p.decode_ctas = config.decode_ctas;
+  p.virtual_decode = config.virtual_decode;
+  p.ratio_even = config.ratio == PodRatio::even ? 1 : 0;
+  p.trace = trace.data;
+  VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
+                           ? detail::launch_pod_f16(p, dims.head_dim, stream)
+                           : detail::launch_pod_bf16(p, dims.head_dim, stream));
+  // KV splits: one combine per kind (they only read the kernel's partials).
+  for (const auto& [items, count] :
+       {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
+        std::pair{a.plan.decode_combines, ap.decode_combines().size()}}) {
+    if (count == 0) continue;
+    CombineParams c;
+    c.items = items;
+    c.num_items = static_cast<std::int32_t>(count);
+    c.partial_o = a.plan.partial_o;
+    c.partial_lse = a.plan.partial_lse;
+    c.out = a.out;
+    c.out_token_stride = a.out_token_stride;
+    c.num_q_heads = a.num_q_heads;
+    c.head_dim = dims.head_dim;
+    VPOD_RETURN_IF_ERROR(detail::launch_combine(c, dims.dtype, dims.head_dim, stream));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<PodDevice> query_pod_device(const AttentionDims& dims) {
+  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  int device = 0;
+  PodDevice info;
+  VPOD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), StatusCode::unavailable);
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device),
+      StatusCode::unavailable);
+  for (int v = 1; v <= kPodMaxVirtualDecode; ++v) {
+    VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm[v],
+                          dims.dtype == DType::f16
+                              ? detail::pod_ctas_per_sm_f16(dims.head_dim, v)
+                              : detail::pod_ctas_per_sm_bf16(dims.head_dim, v));
+    if (info.ctas_per_sm[v] < 1) {
+      return internal_error(fmt::format(
+          "the POD kernel ({} decode tiles per CTA) does not fit on an SM of this GPU", v));
+    }
+  }
+  return info;
+}
+
+Result<PodCounters> PodCounters::create(cudaStream_t stream) {
+  VPOD_ASSIGN_OR_RETURN(const int nsmid, detail::query_nsmid(stream));
+  if (nsmid < 1) return internal_error(fmt::format("%nsmid reads {}", nsmid));
+  PodCounters counters;
+  counters.num_sm_counters_ = std::min(nsmid, kPodMaxSmCounters);
+  const std::size_t bytes =
+      static_cast<std::size_t>(kPodCounterHeader + counters.num_sm_counters_) *
+      sizeof(std::uint32_t);
+  VPOD_ASSIGN_OR_RETURN(counters.buffer_, cuda::DeviceBuffer::allocate(bytes));
+  VPOD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters.buffer_.data(), 0, bytes, stream),
+                            StatusCode::internal);
+  return counters;
+}
+
+Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+           const TensorView& q, const KvLayerView& kv, const TensorView& out, float softmax_scale,
+           cudaStream_t stream, const PodTrace& trace) {
+  VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
+  VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan.attention()));
+  VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
+  return run_pod(plan, buffers, counters, q, out, softmax_scale, contiguous_addressing(kv), stream,
+                 trace);
+}
+
+Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+                 const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                 float softmax_scale, cudaStream_t stream, const PodTrace& trace) {
+  VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
+  VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan.attention()));
+  VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
+  return run_pod(plan, buffers, counters, q, out, softmax_scale, paged_addressing(kv), stream,
+                 trace);
+}
+
+Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                        const PodCounters& counters, const TensorView& q, const KvLayerView& kv,
+                        const TensorView& out, float softmax_scale, cudaStream_t stream) {
+  if (plan.mode() == AttentionMode::pod) {
+    return pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);
+  }
+  VPOD_RETURN_IF_ERROR(prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
+  return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
+}
+
+Status paged_hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                              const PodCounters& counters, const TensorView& q,
+                              const PagedKvView& kv, const TensorView& out, float softmax_scale,
+                              cudaStream_t stream) {
+  if (plan.mode() == AttentionMode::pod) {
+    return paged_pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);
+  }
+  VPOD_RETURN_IF_ERROR(paged_prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
+  return paged_decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
+}
+
+}  // namespace vpod::attention

@@ -1,0 +1,33 @@
+// Plain data of the fused POD kernel, shared by the host launcher and the
+// device code (no CUDA headers). Passed by value as a __grid_constant__.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/attention_params.h"
+
+namespace vpod::attention {
+
+// Layout of the counter buffer (uint32): a fixed header, then one ticket
+// counter per SM id in [0, num_sm_counters).
+inline constexpr int kPodCounterDone = 0;      // CTAs that have claimed their tile
+inline constexpr int kPodCounterPrefill = 1;   // next prefill tile
+inline constexpr int kPodCounterDecode = 2;    // next decode CTA (group of virtual tiles)
+inline constexpr int kPodCounterFallback = 3;  // tickets of an SM id beyond the table
+inline constexpr int kPodCounterHeader = 4;
+// Bound on the per-SM table (the H200 reports %nsmid = 132).
+inline constexpr int kPodMaxSmCounters = 4096;
+
+struct PodParams {
+  AttentionParams attn;
+  std::uint32_t* counters = nullptr;  // [kPodCounterHeader + num_sm_counters], zero at launch
+  std::int32_t num_sm_counters = 0;
+  std::int32_t prefill_ctas = 0;    // prefill work items x query heads
+  std::int32_t decode_tiles = 0;    // decode work items x KV heads x head chunks
+  std::int32_t decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
+  std::int32_t virtual_decode = 1;  // decode tiles per decode CTA: 1 or 2
+  std::int32_t ratio_even = 0;      // 1: 50:50 tickets; 0: proportional
+  std::int32_t* trace = nullptr;    // optional [3 x grid]: kind, index, smid
+};
+
+}  // namespace vpod::attention

@@ -1,0 +1,284 @@
+// The POD planner: once per step, on the CPU, it chooses the KV splits of the
+// prefill tiles and decodes and the decode tiles per CTA for the fused kernel,
+// then builds the work lists through AttentionPlan with those splits forced.
+// See docs/pod.md for the model and its calibration.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "kernels/attention/pod.h"
+
+namespace vpod::attention {
+namespace {
+
+// Prefill: at most this many KV splits per tile, each of >= 4 key blocks.
+constexpr int kMaxPodPrefillSplits = 8;
+constexpr int kMinPrefillBlocksPerSplit = 4;
+// Decode: at most this many KV splits, each of >= 4 key blocks (256 keys).
+constexpr int kMaxPodDecodeSplits = 16;
+constexpr int kMinDecodeBlocksPerSplit = 4;
+// Decode tiles per CTA when the caller leaves the choice to the planner.
+// With equal occupancy the makespan model cannot tell 1 from 2 (the same
+// bytes stream through the same number of CTA slots), so this is measured:
+// see docs/pod.md.
+constexpr int kDefaultVirtualDecode = 2;
+// Cost model, in microseconds of one CTA slot, calibrated on the H200 with the
+// separate kernels (docs/attention.md): a 128x64 prefill block of a 128-dim
+// tile with two CTAs per SM takes ~4.3 us (0.544 ms for 33.8K blocks on 264
+// slots); a 64-key decode block (32 KB of K and V) ~1.9 us (0.49 ms for 64K
+// blocks on 264 slots). Both scale with head_dim. A CTA's start and end cost
+// about one block; a split adds a combine launch and the fp32 partial rows'
+// write and read.
+constexpr double kPrefillBlockUs128 = 4.3;
+constexpr double kDecodeBlockUs128 = 1.9;
+constexpr double kCombineLaunchUs = 4.0;
+constexpr double kPartialBytesPerUs = 3.0e6;  // ~3 TB/s
+// Above this many waves of CTAs, wave quantization is a few percent: the
+// makespan is estimated from the total instead of simulated (planning time).
+constexpr std::size_t kMaxSimulatedWaves = 4;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Longest-processing-time list schedule of `costs` (any order) on `slots`.
+double makespan(std::vector<double>& costs, int slots) {
+  if (costs.empty()) return 0.0;
+  std::sort(costs.begin(), costs.end(), std::greater<double>());
+  if (costs.size() > kMaxSimulatedWaves * static_cast<std::size_t>(slots)) {
+    double total = 0.0;
+    for (double c : costs) total += c;
+    return std::max(costs.front(), total / slots);
+  }
+  std::priority_queue<double, std::vector<double>, std::greater<double>> finish;
+  for (int i = 0; i < slots; ++i) finish.push(0.0);
+  double span = 0.0;
+  for (double c : costs) {
+    const double start = finish.top();
+    finish.pop();
+    finish.push(start + c);
+    span = std::max(span, start + c);
+  }
+  return span;
+}
+
+// KV pieces (in key blocks) of a range of `blocks` blocks forced to `splits`,
+// as AttentionPlan::create cuts it (no empty piece).
+std::vector<int> pieces(int blocks, int splits) {
+  splits = std::clamp(splits, 1, std::max(blocks, 1));
+  const int per = ceil_div(blocks, splits);
+  std::vector<int> out;
+  for (int start = 0; start < blocks; start += per) out.push_back(std::min(per, blocks - start));
+  return out;
+}
+
+struct Shape {
+  // Prefill tiles (128 query rows each): key blocks and rows.
+  std::vector<int> tile_blocks, tile_rows;
+  // Decodes: 64-key blocks of each context.
+  std::vector<int> decode_blocks;
+  int max_tile_blocks = 0;
+  int max_decode_blocks = 0;
+};
+
+Shape describe_batch(const HybridBatch& batch) {
+  Shape shape;
+  for (const BatchSequence& s : batch.prefills) {
+    for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
+      const int rows = std::min(kPrefillBlockM, s.num_new - q);
+      const int blocks = ceil_div(s.cached_len + q + rows, kPrefillBlockN);
+      shape.tile_blocks.push_back(blocks);
+      shape.tile_rows.push_back(rows);
+      shape.max_tile_blocks = std::max(shape.max_tile_blocks, blocks);
+    }
+  }
+  for (const BatchSequence& s : batch.decodes) {
+    shape.decode_blocks.push_back(ceil_div(s.context_len(), kDecodeBlockN));
+    shape.max_decode_blocks = std::max(shape.max_decode_blocks, shape.decode_blocks.back());
+  }
+  return shape;
+}
+
+struct Estimate {
+  double us = 0;
+  int prefill_ctas = 0, decode_tiles = 0, decode_ctas = 0;
+};
+
+Estimate estimate(const Shape& shape, const AttentionDims& dims, int prefill_splits,
+                  int decode_splits, int virtual_decode, int slots) {
+  const double scale = dims.head_dim / 128.0;
+  const double prefill_block = kPrefillBlockUs128 * scale;
+  const double decode_block = kDecodeBlockUs128 * scale;
+  const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
+  const int tiles_per_piece = dims.num_kv_heads * head_chunks;
+  Estimate e;
+  std::vector<double> costs;
+  double partial_bytes = 0;
+  const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
+  for (std::size_t t = 0; t < shape.tile_blocks.size(); ++t) {
+    const std::vector<int> p = pieces(shape.tile_blocks[t], prefill_splits);
+    if (p.size() > 1) partial_bytes += 2.0 * p.size() * shape.tile_rows[t] * row_bytes;
+    for (int b : p) {
+      for (int h = 0; h < dims.num_q_heads; ++h) costs.push_back((b + 1) * prefill_block);
+      e.prefill_ctas += dims.num_q_heads;
+    }
+  }
+  const int chunk = std::max(1, ceil_div(shape.max_decode_blocks, std::max(decode_splits, 1)));
+  // Decode tiles in plan order (longest piece first, the heads of a piece
+  // adjacent); a CTA takes virtual_decode consecutive tiles.
+  std::vector<int> tile_blocks;
+  for (int blocks : shape.decode_blocks) {
+    const std::vector<int> p = pieces(blocks, ceil_div(blocks, chunk));
+    if (p.size() > 1) partial_bytes += 2.0 * p.size() * row_bytes;
+    for (int b : p) {
+      for (int h = 0; h < tiles_per_piece; ++h) tile_blocks.push_back(b);
+    }
+  }
+  std::stable_sort(tile_blocks.begin(), tile_blocks.end(), std::greater<int>());
+  e.decode_tiles = static_cast<int>(tile_blocks.size());
+  for (std::size_t i = 0; i < tile_blocks.size(); i += virtual_decode) {
+    double blocks = 0;
+    for (std::size_t j = i; j < std::min(tile_blocks.size(), i + virtual_decode); ++j) {
+      blocks += tile_blocks[j];
+    }
+    costs.push_back((blocks + 1) * decode_block);
+    ++e.decode_ctas;
+  }
+  e.us = makespan(costs, slots) +
+         (partial_bytes > 0 ? kCombineLaunchUs + partial_bytes / kPartialBytesPerUs : 0.0);
+  return e;
+}
+
+}  // namespace
+
+Result<AttentionMode> parse_attention_mode(std::string_view name) {
+  if (name == "pod") return AttentionMode::pod;
+  if (name == "serial") return AttentionMode::serial;
+  return invalid_argument(fmt::format("attention mode '{}' is not pod or serial", name));
+}
+
+const char* attention_mode_name(AttentionMode mode) {
+  return mode == AttentionMode::pod ? "pod" : "serial";
+}
+
+Result<PodRatio> parse_pod_ratio(std::string_view name) {
+  if (name == "proportional") return PodRatio::proportional;
+  if (name == "even" || name == "50:50") return PodRatio::even;
+  return invalid_argument(fmt::format("POD ratio '{}' is not proportional or even", name));
+}
+
+const char* pod_ratio_name(PodRatio ratio) {
+  return ratio == PodRatio::even ? "even" : "proportional";
+}
+
+Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& dims,
+                                const PodOptions& options) {
+  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  const PodDevice& dev = options.device;
+  if (dev.num_sms < 1) return invalid_argument("PodOptions::device.num_sms must be >= 1");
+  if (options.virtual_decode < 0 || options.virtual_decode > kPodMaxVirtualDecode) {
+    return invalid_argument(fmt::format("PodOptions::virtual_decode must be 0, 1 or 2 (got {})",
+                                        options.virtual_decode));
+  }
+  if (options.prefill_splits < 0 || options.decode_splits < 0 || options.max_prefill_ctas < 0) {
+    return invalid_argument("PodOptions split counts and max_prefill_ctas must be >= 0");
+  }
+  PodConfig config;
+  config.mode = options.mode;
+  config.ratio = options.ratio;
+  if (options.mode == AttentionMode::serial) {
+    VPOD_ASSIGN_OR_RETURN(
+        AttentionPlan plan,
+        AttentionPlan::create(batch, dims,
+                              {dev.num_sms, options.prefill_splits, options.decode_splits}));
+    config.reason = "serial: prefill and decode kernels with the attention planner's splits";
+    return PodPlan(std::move(plan), std::move(config));
+  }
+
+  const int virtual_decode =
+      options.virtual_decode > 0 ? options.virtual_decode : kDefaultVirtualDecode;
+  const int ctas_per_sm = dev.ctas_per_sm[virtual_decode];
+  if (ctas_per_sm < 1) {
+    return invalid_argument(
+        fmt::format("PodOptions::device.ctas_per_sm[{}] must be >= 1 (query_pod_device fills it)",
+                    virtual_decode));
+  }
+  const int slots = dev.num_sms * ctas_per_sm;
+  const Shape shape = describe_batch(batch);
+  const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
+  const int tiles_per_decode = dims.num_kv_heads * head_chunks;
+
+  // Prefill: split only while the prefill CTAs stay within ~2 x SMs.
+  const int base_prefill = static_cast<int>(shape.tile_blocks.size()) * dims.num_q_heads;
+  const int max_prefill_ctas =
+      options.max_prefill_ctas > 0 ? options.max_prefill_ctas : 2 * dev.num_sms;
+  int max_prefill_splits = 1;
+  if (options.prefill_splits > 0) {
+    max_prefill_splits = options.prefill_splits;
+  } else if (base_prefill > 0) {
+    max_prefill_splits = std::clamp(max_prefill_ctas / base_prefill, 1, kMaxPodPrefillSplits);
+    max_prefill_splits =
+        std::clamp(shape.max_tile_blocks / kMinPrefillBlocksPerSplit, 1, max_prefill_splits);
+  }
+  // Decode: split only as far as needed for the decode CTAs to fill one wave.
+  std::vector<int> decode_candidates;
+  if (options.decode_splits > 0) {
+    decode_candidates.push_back(options.decode_splits);
+  } else {
+    decode_candidates.push_back(1);
+    int last_chunk = shape.max_decode_blocks;
+    for (int n = 1; n <= kMaxPodDecodeSplits && !shape.decode_blocks.empty(); ++n) {
+      const int chunk = std::max(1, ceil_div(shape.max_decode_blocks, n));
+      long long tiles = 0;
+      for (int b : shape.decode_blocks) tiles += ceil_div(b, chunk);
+      tiles *= tiles_per_decode;
+      const long long ctas = (tiles + virtual_decode - 1) / virtual_decode;
+      if (n > 1) {
+        if (chunk < kMinDecodeBlocksPerSplit) break;
+        if (chunk != last_chunk) decode_candidates.push_back(n);
+      }
+      last_chunk = chunk;
+      if (ctas >= slots) break;  // one wave of decode CTAs: no further split
+    }
+  }
+  int best_prefill = 1, best_decode = decode_candidates.front();
+  Estimate best;
+  bool first = true;
+  const int first_prefill = options.prefill_splits > 0 ? options.prefill_splits : 1;
+  for (int s = first_prefill; s <= max_prefill_splits; ++s) {
+    for (int n : decode_candidates) {
+      const Estimate e = estimate(shape, dims, s, n, virtual_decode, slots);
+      if (first || e.us < best.us * (1 - 1e-9)) {  // ties keep fewer splits
+        best = e;
+        best_prefill = s;
+        best_decode = n;
+        first = false;
+      }
+    }
+  }
+
+  VPOD_ASSIGN_OR_RETURN(
+      AttentionPlan plan,
+      AttentionPlan::create(batch, dims, {dev.num_sms, best_prefill, best_decode}));
+  config.virtual_decode = virtual_decode;
+  config.ctas_per_sm = ctas_per_sm;
+  config.prefill_splits = best_prefill;
+  config.decode_splits = best_decode;
+  config.prefill_ctas = static_cast<int>(plan.prefill_items().size()) * dims.num_q_heads;
+  config.decode_tiles = static_cast<int>(plan.decode_items().size()) * tiles_per_decode;
+  config.decode_ctas = ceil_div(config.decode_tiles, virtual_decode);
+  config.grid = config.prefill_ctas + config.decode_ctas;
+  config.estimate_us = best.us;
+  config.reason = fmt::format(
+      "{} slots ({} SMs x {} CTAs); prefill {} tiles x {} heads, splits {} (limit {} for <= {} "
+      "CTAs) -> {} CTAs; decode {} tiles, splits {} (candidates {}, stop at one wave) -> {} CTAs "
+      "of {}; ratio {}; estimate {:.0f} us",
+      slots, dev.num_sms, ctas_per_sm, shape.tile_blocks.size(), dims.num_q_heads, best_prefill,
+      max_prefill_splits, max_prefill_ctas, config.prefill_ctas,
+      shape.decode_blocks.size() * tiles_per_decode, best_decode, decode_candidates.size(),
+      config.decode_ctas, virtual_decode, pod_ratio_name(options.ratio), best.us);
+  return PodPlan(std::move(plan), std::move(config));
+}
+
+}  // namespace vpod::attention

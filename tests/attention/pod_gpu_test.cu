@@ -1,0 +1,658 @@
+// GPU tests of the fused POD kernel (label gpu). Every batch gets fresh random
+// K/V, queries and NaN-poisoned outputs, caches and workspaces. For each batch:
+//   - POD's prefill rows equal the separate prefill kernel's bit for bit (same
+//     tile code, same plan), and so do its decode rows with one decode tile
+//     per CTA; with two (virtual decode CTAs, a different reduction order)
+//     they stay within the test tolerance of the separate decode kernel;
+//   - POD's rows match the CPU fp64 reference on sampled rows within twice a
+//     naive same-precision implementation's error plus FlashAttention-3's atol;
+//   - every output element is finite (nothing left poisoned) and the
+//     scheduling counters are zero again after the launch.
+// Plus the edge cases of issue #5, placement independence under a concurrent
+// kernel that occupies SMs, and CUDA graph replay.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "cuda/device_buffer.h"
+#include "cuda/graph.h"
+#include "cuda/stream.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_reference.h"
+#include "kernels/attention/pod.h"
+#include "kernels/attention/pod_params.h"
+#include "kernels/attention_test_util.h"
+#include "support/gpu.h"
+
+namespace vpod::attention {
+
+// A kernel that holds `ctas` SMs (one CTA each, most of the SM's shared
+// memory) for `ns` nanoseconds; each CTA counts itself in `started`
+// (host-mapped) once resident.
+__global__ void occupy_sms_kernel(unsigned long long ns, int* started) {
+  extern __shared__ char hold[];
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  if (threadIdx.x == 0) {
+    hold[0] = 1;
+    atomicAdd_system(started, 1);
+  }
+  unsigned long long t = t0;
+  while (t - t0 < ns) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+}
+
+namespace {
+
+// The separate prefill kernel this test compares with bit for bit is the
+// mma.sync one (PrefillTile, which POD runs); the launcher reads this once.
+const bool kPrefillIsMma = [] { return setenv("VPOD_ATTENTION_PREFILL", "mma", 1) == 0; }();
+
+using testing::HostKvCache;
+using testing::KvLayout;
+using testing::make_batch;
+using testing::SeqSpec;
+
+std::mt19937_64 fresh_rng(const char* what) {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("[pod] %s: seed %llu\n", what, static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
+float to_float(DType dtype, std::uint16_t bits) {
+  return dtype == DType::bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+}
+float round_to(DType dtype, float x) { return to_float(dtype, testing::to_bits(dtype, x)); }
+
+int max_context(const HybridBatch& b) {
+  int m = 1;
+  for (const auto* l : {&b.prefills, &b.decodes}) {
+    for (const auto& s : *l) m = std::max(m, s.context_len());
+  }
+  return m;
+}
+
+const PodDevice& device_for(const AttentionDims& dims) {
+  static std::map<std::pair<int, int>, PodDevice> cache;
+  const auto key = std::pair{static_cast<int>(dims.dtype), dims.head_dim};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto dev = query_pod_device(dims);
+    EXPECT_TRUE(dev.ok()) << dev.status().to_string();
+    it = cache.emplace(key, dev.ok() ? *dev : PodDevice{}).first;
+  }
+  return it->second;
+}
+
+struct Inputs {
+  std::vector<std::uint16_t> q, k_new, v_new;
+};
+
+std::string describe(const HybridBatch& b) {
+  std::string s = "prefills [";
+  for (const auto& p : b.prefills) {
+    s += std::to_string(p.num_new) + "@" + std::to_string(p.context_len()) + " ";
+  }
+  s += "] decodes " + std::to_string(b.decodes.size());
+  if (!b.decodes.empty()) {
+    int lo = 1 << 30, hi = 0;
+    for (const auto& d : b.decodes) {
+      lo = std::min(lo, d.context_len());
+      hi = std::max(hi, d.context_len());
+    }
+    s += " ctx " + std::to_string(lo) + ".." + std::to_string(hi);
+  }
+  return s;
+}
+
+// One batch on the GPU: cache, inputs, buffers, and POD / serial runs.
+class PodRun {
+ public:
+  PodRun(const AttentionDims& dims, KvLayout layout, const HybridBatch& batch,
+         const PodOptions& options, std::mt19937_64& rng)
+      : dims_(dims),
+        batch_(batch),
+        cache_(dims, layout, static_cast<int>(batch.prefills.size() + batch.decodes.size()),
+               max_context(batch), rng) {
+    stream_ = cuda::Stream::create().value();
+    cache_.fill_cached(batch_, rng);
+    const int tokens = batch_.num_tokens();
+    in_.q = testing::random_values(
+        static_cast<std::size_t>(tokens) * dims.num_q_heads * dims.head_dim, dims.dtype, rng);
+    in_.k_new = testing::random_values(
+        static_cast<std::size_t>(tokens) * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+    in_.v_new = testing::random_values(
+        static_cast<std::size_t>(tokens) * dims.num_kv_heads * dims.head_dim, dims.dtype, rng);
+    plan_.emplace(PodPlan::create(batch_, dims_, options).value());
+    counters_ = PodCounters::create(stream_.get()).value();
+    k_ = upload(cache_.k);
+    v_ = upload(cache_.v);
+    if (testing::is_paged(layout)) {
+      table_ = cuda::DeviceBuffer::allocate(cache_.block_table.size() * 4).value();
+      table_.copy_from_host(cache_.block_table.data(), cache_.block_table.size() * 4);
+    }
+    const AttentionPlan& ap = plan_->attention();
+    metadata_ =
+        cuda::DeviceBuffer::allocate(std::max<std::size_t>(ap.metadata_bytes(), 16)).value();
+    workspace_ =
+        cuda::DeviceBuffer::allocate(std::max<std::size_t>(ap.workspace_bytes(), 16)).value();
+    buffers_ = {metadata_.data(), metadata_.bytes(), workspace_.data(), workspace_.bytes()};
+    q_ = upload(in_.q);
+    k_new_ = upload(in_.k_new);
+    v_new_ = upload(in_.v_new);
+    out_ = cuda::DeviceBuffer::allocate(std::max<std::size_t>(in_.q.size() * 2, 16)).value();
+    EXPECT_TRUE(plan_->upload(buffers_, stream_.get()).ok());
+    // Append the step's K/V once (both modes read the same cache).
+    const Status appended =
+        testing::is_paged(layout)
+            ? paged_append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
+                              view(v_new_, dims.num_kv_heads), paged_kv(), stream_.get())
+            : append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
+                        view(v_new_, dims.num_kv_heads), kv(), stream_.get());
+    EXPECT_TRUE(appended.ok()) << appended.to_string();
+    const TensorView hk(in_.k_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim});
+    const TensorView hv(in_.v_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim});
+    const Status host_appended =
+        testing::is_paged(layout)
+            ? reference_append_kv(batch_, dims, hk, hv,
+                                  cache_.paged_view(cache_.k.data(), cache_.v.data(),
+                                                    cache_.block_table.data(), Device::cpu))
+            : reference_append_kv(batch_, dims, hk, hv,
+                                  cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu));
+    EXPECT_TRUE(host_appended.ok()) << host_appended.to_string();
+  }
+
+  // A new plan for the same batch (the ratio policy does not change the work lists).
+  void replan(const PodOptions& options) {
+    auto plan = PodPlan::create(batch_, dims_, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    ASSERT_LE(plan->attention().metadata_bytes(), metadata_.bytes());
+    ASSERT_LE(plan->attention().workspace_bytes(), workspace_.bytes());
+    plan_.emplace(std::move(*plan));
+    EXPECT_TRUE(plan_->upload(buffers_, stream_.get()).ok());
+  }
+
+  const PodPlan& plan() const { return *plan_; }
+  const HybridBatch& batch() const { return batch_; }
+
+  // The fused launch (mode pod) with poisoned out and workspace.
+  std::vector<std::uint16_t> run_pod(const PodTrace& trace = {}, bool graph = false) {
+    poison();
+    auto launch = [&] {
+      const Status s =
+          testing::is_paged(cache_.layout)
+              ? paged_pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), paged_kv(),
+                          view(out_, dims_.num_q_heads), scale(), stream_.get(), trace)
+              : pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), kv(),
+                    view(out_, dims_.num_q_heads), scale(), stream_.get(), trace);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    };
+    if (graph) {
+      auto capture = cuda::GraphCapture::begin(stream_.get()).value();
+      launch();
+      cuda::GraphExec exec = capture.finish().value();
+      for (int i = 0; i < 3; ++i) exec.launch(stream_.get());
+    } else {
+      launch();
+    }
+    return finish();
+  }
+
+  // The separate prefill and decode kernels on the same work lists.
+  std::vector<std::uint16_t> run_serial() {
+    poison();
+    const AttentionPlan& ap = plan_->attention();
+    const auto q = view(q_, dims_.num_q_heads), out = view(out_, dims_.num_q_heads);
+    const bool paged = testing::is_paged(cache_.layout);
+    const Status p = paged ? paged_prefill(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
+                           : prefill(ap, buffers_, q, kv(), out, scale(), stream_.get());
+    EXPECT_TRUE(p.ok()) << p.to_string();
+    const Status d = paged ? paged_decode(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
+                           : decode(ap, buffers_, q, kv(), out, scale(), stream_.get());
+    EXPECT_TRUE(d.ok()) << d.to_string();
+    return finish();
+  }
+
+  bool counters_are_zero() const {
+    std::vector<std::uint32_t> host(counters_.bytes() / 4);
+    EXPECT_EQ(cudaMemcpy(host.data(), counters_.data(), counters_.bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return std::all_of(host.begin(), host.end(), [](std::uint32_t x) { return x == 0; });
+  }
+
+  // Max |kernel - fp64| on `rows` and the tolerance from the naive reference.
+  struct Check {
+    double err = 0, bound = 0;
+    int worst_row = -1, worst_head = -1;
+  };
+  Check check_reference(const std::vector<std::uint16_t>& out, const std::vector<int>& rows) {
+    const int tokens = batch_.num_tokens();
+    const std::size_t n = static_cast<std::size_t>(tokens) * dims_.num_q_heads * dims_.head_dim;
+    std::vector<float> exact(n), naive(n);
+    const TensorView q(in_.q.data(), dims_.dtype, {tokens, dims_.num_q_heads, dims_.head_dim});
+    for (auto [buf, precision] : {std::pair{&exact, ReferencePrecision::fp64},
+                                  std::pair{&naive, ReferencePrecision::naive}}) {
+      const TensorView o(buf->data(), DType::f32, {tokens, dims_.num_q_heads, dims_.head_dim});
+      const Status s =
+          testing::is_paged(cache_.layout)
+              ? reference_attention(batch_, dims_, q,
+                                    cache_.paged_view(cache_.k.data(), cache_.v.data(),
+                                                      cache_.block_table.data(), Device::cpu),
+                                    o, scale(), precision, ReferencePart::all, rows)
+              : reference_attention(batch_, dims_, q,
+                                    cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu), o,
+                                    scale(), precision, ReferencePart::all, rows);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    Check c;
+    double naive_err = 0, atol = 0;
+    const std::size_t row_elems = static_cast<std::size_t>(dims_.num_q_heads) * dims_.head_dim;
+    for (int row : rows) {
+      for (std::size_t j = 0; j < row_elems; ++j) {
+        const std::size_t i = row * row_elems + j;
+        const double err = std::abs(to_float(dims_.dtype, out[i]) - exact[i]);
+        if (!(err <= c.err)) {
+          c.err = std::isnan(err) ? INFINITY : err;
+          c.worst_row = row;
+          c.worst_head = static_cast<int>(j / dims_.head_dim);
+        }
+        naive_err = std::max<double>(naive_err, std::abs(naive[i] - exact[i]));
+        const float noisy = round_to(dims_.dtype, round_to(dims_.dtype, exact[i] + 0.3f) - 0.3f);
+        atol = std::max<double>(atol, 2.0 * std::abs(noisy - exact[i]));
+      }
+    }
+    c.bound = 2 * naive_err + atol;
+    return c;
+  }
+
+  int first_decode_row() const { return batch_.num_prefill_tokens(); }
+  std::size_t row_elems() const {
+    return static_cast<std::size_t>(dims_.num_q_heads) * dims_.head_dim;
+  }
+  DType dtype() const { return dims_.dtype; }
+
+ private:
+  float scale() const { return 1.f / std::sqrt(static_cast<float>(dims_.head_dim)); }
+  cuda::DeviceBuffer upload(const std::vector<std::uint16_t>& host) {
+    cuda::DeviceBuffer b =
+        cuda::DeviceBuffer::allocate(std::max<std::size_t>(host.size() * 2, 16)).value();
+    if (!host.empty()) b.copy_from_host(host.data(), host.size() * 2);
+    return b;
+  }
+  TensorView view(cuda::DeviceBuffer& b, int heads) {
+    return TensorView(b.data(), dims_.dtype, {batch_.num_tokens(), heads, dims_.head_dim},
+                      Device::cuda);
+  }
+  KvLayerView kv() { return cache_.view(k_.data(), v_.data(), Device::cuda); }
+  PagedKvView paged_kv() {
+    return cache_.paged_view(k_.data(), v_.data(), table_.as<const std::int32_t>(), Device::cuda);
+  }
+  void poison() {
+    out_.fill_bytes(0xff, stream_.get());  // NaN in fp16 and bf16
+    workspace_.fill_bytes(0xff, stream_.get());
+    // Except the decode kernel's split counters, which must start at zero.
+    const AttentionPlan& ap = plan_->attention();
+    if (ap.decode_counter_count() > 0) {
+      EXPECT_EQ(cudaMemsetAsync(ap.pointers(buffers_).decode_counters, 0,
+                                ap.decode_counter_count() * sizeof(std::int32_t), stream_.get()),
+                cudaSuccess);
+    }
+  }
+  std::vector<std::uint16_t> finish() {
+    EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<std::uint16_t> host(in_.q.size());
+    if (!host.empty()) out_.copy_to_host(host.data(), host.size() * 2);
+    return host;
+  }
+
+  AttentionDims dims_;
+  HybridBatch batch_;
+  HostKvCache cache_;
+  Inputs in_;
+  std::optional<PodPlan> plan_;
+  cuda::Stream stream_;
+  PodCounters counters_;
+  cuda::DeviceBuffer k_, v_, table_, metadata_, workspace_, q_, k_new_, v_new_, out_;
+  AttentionBuffers buffers_;
+};
+
+// Rows the CPU reference checks: a few per chunk (first, last, tile edges,
+// random) and up to `max_decodes` decodes.
+std::vector<int> sample_rows(const HybridBatch& batch, std::mt19937_64& rng, int per_chunk = 6,
+                             int max_decodes = 8) {
+  std::set<int> rows;
+  for (const BatchSequence& s : batch.prefills) {
+    std::set<int> pick = {0, s.num_new - 1};
+    if (s.num_new > kPrefillBlockM) pick.insert({kPrefillBlockM - 1, kPrefillBlockM});
+    std::uniform_int_distribution<int> any(0, s.num_new - 1);
+    while (static_cast<int>(pick.size()) < std::min(per_chunk, s.num_new)) pick.insert(any(rng));
+    for (int i : pick) rows.insert(s.token_offset + i);
+  }
+  std::vector<int> decodes;
+  for (const BatchSequence& s : batch.decodes) decodes.push_back(s.token_offset);
+  std::shuffle(decodes.begin(), decodes.end(), rng);
+  if (!decodes.empty()) {  // the longest context is always checked
+    auto longest = std::max_element(
+        batch.decodes.begin(), batch.decodes.end(),
+        [](const auto& a, const auto& b) { return a.context_len() < b.context_len(); });
+    rows.insert(longest->token_offset);
+  }
+  for (int i = 0; i < std::min<int>(max_decodes, static_cast<int>(decodes.size())); ++i) {
+    rows.insert(decodes[i]);
+  }
+  return {rows.begin(), rows.end()};
+}
+
+// The checks of one batch; returns false (with diagnostics) on any failure.
+bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
+  const PodConfig& cfg = run.plan().config();
+  const std::vector<std::uint16_t> fused = run.run_pod();
+  const bool zero = run.counters_are_zero();
+  const std::vector<std::uint16_t> serial = run.run_serial();
+  bool ok = true;
+  auto fail = [&](const std::string& what) {
+    ok = false;
+    ADD_FAILURE() << label << ": " << what << "\n  batch: " << describe(run.batch())
+                  << "\n  plan: " << cfg.reason;
+  };
+  if (!zero) fail("scheduling counters are not zero after the launch");
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    if (!std::isfinite(to_float(run.dtype(), fused[i]))) {
+      fail("POD output element " + std::to_string(i) + " (row " +
+           std::to_string(i / run.row_elems()) + ") is not finite");
+      return false;
+    }
+  }
+  // POD vs the separate kernels on every row.
+  const std::size_t decode_begin =
+      static_cast<std::size_t>(run.first_decode_row()) * run.row_elems();
+  std::size_t prefill_diff = 0, decode_diff = 0;
+  double decode_max = 0;
+  int decode_worst = -1;
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    if (fused[i] == serial[i]) continue;
+    if (i < decode_begin) {
+      ++prefill_diff;
+    } else {
+      ++decode_diff;
+      const double d = std::abs(to_float(run.dtype(), fused[i]) - to_float(run.dtype(), serial[i]));
+      if (!(d <= decode_max)) {
+        decode_max = std::isnan(d) ? INFINITY : d;
+        decode_worst = static_cast<int>(i / run.row_elems());
+      }
+    }
+  }
+  if (prefill_diff > 0) {
+    fail(std::to_string(prefill_diff) + " prefill elements differ from the prefill kernel's");
+  }
+  if (cfg.virtual_decode == 1 && decode_diff > 0) {
+    fail(std::to_string(decode_diff) + " decode elements differ from the decode kernel's (max " +
+         std::to_string(decode_max) + " at row " + std::to_string(decode_worst) + ")");
+  }
+  // Both against the CPU reference on sampled rows.
+  std::vector<int> rows = sample_rows(run.batch(), rng);
+  if (decode_worst >= 0) rows.push_back(decode_worst);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const PodRun::Check c = run.check_reference(fused, rows);
+  const PodRun::Check cs = run.check_reference(serial, rows);
+  if (!(c.err <= c.bound)) {
+    fail("POD vs fp64 reference: max err " + std::to_string(c.err) + " > bound " +
+         std::to_string(c.bound) + " at row " + std::to_string(c.worst_row) + " head " +
+         std::to_string(c.worst_head) + " (serial err " + std::to_string(cs.err) + ")");
+  }
+  // The virtual tiles' rounding differs from the decode kernel's by at most
+  // the sum of both errors against the exact result.
+  if (decode_max > c.bound + cs.bound) {
+    fail("POD decode rows differ from the decode kernel's by " + std::to_string(decode_max) +
+         " at row " + std::to_string(decode_worst));
+  }
+  std::printf(
+      "[pod] %-40s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= %.2e"
+      " decode diff %.1e\n",
+      label.c_str(), cfg.grid, cfg.prefill_ctas, cfg.decode_ctas, cfg.virtual_decode,
+      cfg.prefill_splits, cfg.decode_splits, c.err, c.bound, decode_max);
+  return ok;
+}
+
+PodOptions options_for(const AttentionDims& dims, int virtual_decode = 0,
+                       PodRatio ratio = PodRatio::proportional) {
+  PodOptions o;
+  o.device = device_for(dims);
+  o.virtual_decode = virtual_decode;
+  o.ratio = ratio;
+  return o;
+}
+
+std::string label_of(const char* what, const AttentionDims& d, KvLayout layout, int v) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s %s d%d %d/%d %s v%d", what, dtype_name(d.dtype).data(),
+                d.head_dim, d.num_q_heads, d.num_kv_heads, testing::layout_name(layout), v);
+  return buf;
+}
+
+TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
+  VPOD_REQUIRE_GPU();
+  EXPECT_TRUE(kPrefillIsMma);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    for (int d : {64, 128}) {
+      const AttentionDims dims{32, 8, d, dt};
+      const PodDevice& dev = device_for(dims);
+      std::printf("[pod] %s d%d: %d SMs, CTAs per SM %d (1 decode tile) / %d (2 virtual)\n",
+                  dtype_name(dt).data(), d, dev.num_sms, dev.ctas_per_sm[1], dev.ctas_per_sm[2]);
+      EXPECT_GE(dev.ctas_per_sm[1], 1);
+      EXPECT_GE(dev.ctas_per_sm[2], 1);
+    }
+  }
+  auto stream = cuda::Stream::create().value();
+  auto counters = PodCounters::create(stream.get());
+  ASSERT_TRUE(counters.ok()) << counters.status().to_string();
+  std::printf("[pod] %%nsmid counters: %d\n", counters->num_sm_counters());
+  EXPECT_GE(counters->num_sm_counters(), device_for({32, 8, 128, DType::f16}).num_sms);
+}
+
+// >= 200 random hybrid batches: dtypes, head dims, GQA groups (1..20), both
+// layouts and the paged baseline, ratio policies, 1 or 2 decode tiles per
+// CTA, planner or forced splits, and planned SM counts that force splits.
+TEST(PodGpuTest, RandomHybridBatchesMatchSeparateKernelsAndReference) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("random sweep");
+  const std::vector<std::pair<int, int>> heads = {{8, 8},  {8, 2}, {16, 2}, {12, 4},
+                                                  {32, 4}, {8, 1}, {40, 2}, {32, 8}};
+  const KvLayout layouts[] = {KvLayout::per_layer, KvLayout::all_layers, KvLayout::paged16};
+  constexpr int kBatches = 200;
+  int failures = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+    const auto [hq, hkv] = heads[pick(static_cast<int>(heads.size()))];
+    const AttentionDims dims{hq, hkv, pick(2) ? 128 : 64, pick(2) ? DType::f16 : DType::bf16};
+    const KvLayout layout = layouts[pick(3)];
+    const int n_prefill = pick(4);
+    const int n_decode = (n_prefill == 0 ? 1 : 0) + pick(40);
+    std::vector<SeqSpec> prefills;
+    for (int i = 0; i < n_prefill; ++i) {
+      prefills.push_back({pick(3) == 0 ? 0 : pick(1200), 1 + pick(pick(2) ? 300 : 20)});
+    }
+    std::vector<int> decodes;
+    for (int i = 0; i < n_decode; ++i) decodes.push_back(1 + pick(pick(4) == 0 ? 64 : 1500));
+    const HybridBatch batch = make_batch(prefills, decodes);
+    PodOptions options =
+        options_for(dims, 1 + pick(2), pick(2) ? PodRatio::even : PodRatio::proportional);
+    if (pick(3) == 0) options.device.num_sms = 4 + pick(28);  // small plans: splits
+    if (pick(4) == 0) options.prefill_splits = 1 + pick(3);
+    if (pick(4) == 0) options.decode_splits = 1 + pick(4);
+    PodRun run(dims, layout, batch, options, rng);
+    const std::string label = "sweep " + std::to_string(b) + " " +
+                              label_of("", dims, layout, options.virtual_decode) + " " +
+                              pod_ratio_name(options.ratio);
+    if (!check_batch(run, rng, label)) ++failures;
+    if (failures >= 5) {
+      ADD_FAILURE() << "stopping after 5 failing batches";
+      break;
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+struct EdgeCase {
+  const char* name;
+  std::vector<SeqSpec> prefills;
+  std::vector<int> decodes;
+};
+
+TEST(PodGpuTest, EdgeCases) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("edge cases");
+  std::vector<int> many(512);
+  for (int i = 0; i < 512; ++i) many[i] = 1 + (i * 37) % 300;
+  const std::vector<EdgeCase> cases = {
+      {"no decodes", {{300, 200}, {0, 129}}, {}},
+      {"no prefill", {}, {1, 64, 65, 1000, 2049}},
+      {"one decode", {}, {777}},
+      {"one decode + chunk", {{100, 50}}, {4000}},
+      {"512 decodes", {{64, 256}}, many},
+      {"512 decodes only", {}, many},
+      {"1-token chunk", {{1000, 1}}, {5, 500}},
+      {"1-token chunk, no cache", {{0, 1}}, {}},
+      {"very different chunks", {{0, 1}, {3000, 700}, {17, 3}, {0, 1500}, {2500, 37}}, {300, 3000}},
+  };
+  const AttentionDims dims_list[] = {{32, 8, 128, DType::f16}, {8, 1, 64, DType::bf16}};
+  for (const EdgeCase& c : cases) {
+    for (const AttentionDims& dims : dims_list) {
+      for (int v : {1, 2}) {
+        for (PodRatio ratio : {PodRatio::proportional, PodRatio::even}) {
+          const HybridBatch batch = make_batch(c.prefills, c.decodes);
+          PodRun run(dims, KvLayout::per_layer, batch, options_for(dims, v, ratio), rng);
+          check_batch(run, rng,
+                      std::string(c.name) + " " + label_of("", dims, KvLayout::per_layer, v) + " " +
+                          pod_ratio_name(ratio));
+        }
+      }
+    }
+  }
+}
+
+// Small enough for compute-sanitizer (memcheck, racecheck, synccheck).
+TEST(PodGpuTest, SmallBatchForSanitizer) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("small");
+  const AttentionDims dims{8, 2, 128, DType::f16};
+  for (int v : {1, 2}) {
+    const HybridBatch batch = make_batch({{70, 130}, {0, 3}}, {1, 100, 300});
+    PodOptions options = options_for(dims, v);
+    options.decode_splits = 2;  // one split decode: the combine path too
+    PodRun run(dims, KvLayout::paged16, batch, options, rng);
+    EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::paged16, v)));
+  }
+}
+
+TEST(PodGpuTest, EmptyBatchLaunchesNothing) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng(1);
+  const AttentionDims dims{8, 2, 128, DType::f16};
+  PodRun run(dims, KvLayout::per_layer, make_batch({}, {}), options_for(dims), rng);
+  EXPECT_EQ(run.plan().config().grid, 0);
+  EXPECT_TRUE(run.run_pod().empty());
+  EXPECT_TRUE(run.counters_are_zero());
+}
+
+// A CUDA graph of the launch replayed three times: the counters reset
+// themselves, so every replay schedules correctly and ends at zero.
+TEST(PodGpuTest, GraphReplayEqualsDirectLaunch) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("graph");
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  for (int v : {1, 2}) {
+    const HybridBatch batch = make_batch({{1500, 300}, {0, 64}}, std::vector<int>(48, 1700));
+    PodRun run(dims, KvLayout::all_layers, batch, options_for(dims, v), rng);
+    const auto direct = run.run_pod();
+    const auto replayed = run.run_pod({}, /*graph=*/true);
+    EXPECT_TRUE(direct == replayed) << "graph replay differs (v" << v << ")";
+    EXPECT_TRUE(run.counters_are_zero());
+  }
+}
+
+// The same batch twice: alone, and while a concurrent kernel holds half of
+// the SMs (and with the other ratio policy). Tiles land on other SMs and in
+// another order; the outputs must be identical bit for bit.
+TEST(PodGpuTest, PlacementDoesNotChangeTheOutput) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("placement");
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{1024, 512}}, std::vector<int>(64, 2048));
+  for (int v : {1, 2}) {
+    PodRun run(dims, KvLayout::per_layer, batch, options_for(dims, v), rng);
+    const int grid = run.plan().config().grid;
+    cuda::DeviceBuffer trace_a = cuda::DeviceBuffer::allocate(grid * 12).value();
+    cuda::DeviceBuffer trace_b = cuda::DeviceBuffer::allocate(grid * 12).value();
+    const auto alone = run.run_pod({trace_a.as<std::int32_t>(), grid});
+
+    const int sms = device_for(dims).num_sms;
+    const int hold = sms / 2;
+    int* started = nullptr;
+    ASSERT_EQ(cudaHostAlloc(&started, sizeof(int), cudaHostAllocMapped), cudaSuccess);
+    *started = 0;
+    int* started_dev = nullptr;
+    ASSERT_EQ(cudaHostGetDevicePointer(&started_dev, started, 0), cudaSuccess);
+    auto side = cuda::Stream::create().value();
+    const int hold_smem = 160 * 1024;  // leaves less than one POD CTA's shared memory
+    ASSERT_EQ(cudaFuncSetAttribute(occupy_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   hold_smem),
+              cudaSuccess);
+    occupy_sms_kernel<<<hold, 32, hold_smem, side.get()>>>(200ull * 1000 * 1000, started_dev);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (reinterpret_cast<volatile int*>(started)[0] < hold &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+      std::this_thread::yield();
+    }
+    const int resident = reinterpret_cast<volatile int*>(started)[0];
+    const auto crowded = run.run_pod({trace_b.as<std::int32_t>(), grid});
+    ASSERT_EQ(cudaStreamSynchronize(side.get()), cudaSuccess);
+    cudaFreeHost(started);
+    EXPECT_EQ(resident, hold) << "the occupying kernel did not become resident";
+
+    std::vector<std::int32_t> ta(3 * grid), tb(3 * grid);
+    trace_a.copy_to_host(ta.data(), ta.size() * 4);
+    trace_b.copy_to_host(tb.data(), tb.size() * 4);
+    // Where each (kind, unit) ran in each launch.
+    std::map<std::pair<int, int>, int> sm_a, sm_b;
+    std::set<int> used_a, used_b;
+    for (int i = 0; i < grid; ++i) {
+      ASSERT_GE(ta[3 * i], 0) << "CTA " << i << " got no unit";
+      ASSERT_GE(tb[3 * i], 0) << "CTA " << i << " got no unit";
+      sm_a[{ta[3 * i], ta[3 * i + 1]}] = ta[3 * i + 2];
+      sm_b[{tb[3 * i], tb[3 * i + 1]}] = tb[3 * i + 2];
+      used_a.insert(ta[3 * i + 2]);
+      used_b.insert(tb[3 * i + 2]);
+    }
+    EXPECT_EQ(static_cast<int>(sm_a.size()), grid) << "a unit ran twice (alone)";
+    EXPECT_EQ(static_cast<int>(sm_b.size()), grid) << "a unit ran twice (crowded)";
+    int moved = 0;
+    for (const auto& [unit, sm] : sm_a) moved += sm_b[unit] != sm;
+    std::printf("[pod] placement v%d: grid %d, SMs used alone %zu, crowded %zu, units moved %d\n",
+                v, grid, used_a.size(), used_b.size(), moved);
+    EXPECT_GT(moved, grid / 4) << "the concurrent kernel did not change the placement";
+    EXPECT_LT(used_b.size(), used_a.size());
+    EXPECT_TRUE(alone == crowded) << "POD output depends on SM placement (v" << v << ")";
+    EXPECT_TRUE(run.counters_are_zero());
+
+    // The other ratio policy schedules the kinds differently; same result.
+    run.replan(options_for(dims, v, PodRatio::even));
+    EXPECT_TRUE(run.run_pod() == alone) << "POD output depends on the ratio policy (v" << v << ")";
+  }
+}
+
+}  // namespace
+}  // namespace vpod::attention

@@ -1,0 +1,317 @@
+// CPU tests of the POD planner and launcher validation (no GPU needed): the
+// planner's limits (prefill CTAs within ~2 x SMs, decode split only until one
+// wave), the work lists' coverage of every causal (row, key) pair exactly
+// once, zero-tile cases, forced options, planning time, mode parsing, and the
+// launcher's input checks before anything is enqueued.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "kernels/attention/pod.h"
+#include "kernels/attention_test_util.h"
+
+namespace vpod::attention {
+namespace {
+
+using testing::make_batch;
+using testing::SeqSpec;
+
+// The H200 as query_pod_device reports it for the 128-dim fp16 kernel.
+PodDevice h200() {
+  PodDevice d;
+  d.num_sms = 132;
+  d.ctas_per_sm[1] = 2;
+  d.ctas_per_sm[2] = 2;
+  return d;
+}
+
+PodOptions pod_options(PodDevice dev = h200()) {
+  PodOptions o;
+  o.device = dev;
+  return o;
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Every causal (row, key) pair of every chunk and every key of every decode is
+// covered by exactly one work item; the config's counts match the lists.
+void expect_covers(const HybridBatch& batch, const AttentionDims& dims, const PodPlan& plan) {
+  const AttentionPlan& ap = plan.attention();
+  const PodConfig& cfg = plan.config();
+  // Prefill: per (seq, tile) the KV pieces tile [0, causal bound of the last row).
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> prefill;
+  for (const PrefillWorkItem& it : ap.prefill_items()) {
+    prefill[{it.seq, it.q_begin}].push_back({it.kv_begin, it.kv_end});
+  }
+  int tiles = 0;
+  for (int i = 0; i < static_cast<int>(batch.prefills.size()); ++i) {
+    const BatchSequence& s = batch.prefills[i];
+    for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
+      ++tiles;
+      auto pieces = prefill[{i, q}];
+      std::sort(pieces.begin(), pieces.end());
+      ASSERT_FALSE(pieces.empty()) << "prefill " << i << " tile " << q << " has no item";
+      int at = 0;
+      for (auto [b, e] : pieces) {
+        EXPECT_EQ(b, at) << "gap or overlap in prefill " << i << " tile " << q;
+        EXPECT_LT(b, e);
+        at = e;
+      }
+      EXPECT_EQ(at, s.cached_len + std::min(s.num_new, q + kPrefillBlockM));
+    }
+  }
+  EXPECT_EQ(static_cast<int>(prefill.size()), tiles);
+  std::map<int, std::vector<std::pair<int, int>>> decode;
+  for (const DecodeWorkItem& it : ap.decode_items())
+    decode[it.seq].push_back({it.kv_begin, it.kv_end});
+  for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) {
+    auto pieces = decode[i];
+    std::sort(pieces.begin(), pieces.end());
+    int at = 0;
+    for (auto [b, e] : pieces) {
+      EXPECT_EQ(b, at) << "gap or overlap in decode " << i;
+      EXPECT_EQ(b % kDecodeBlockN, 0);
+      EXPECT_LT(b, e);
+      at = e;
+    }
+    EXPECT_EQ(at, batch.decodes[i].context_len());
+  }
+  const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
+  EXPECT_EQ(cfg.prefill_ctas, static_cast<int>(ap.prefill_items().size()) * dims.num_q_heads);
+  EXPECT_EQ(cfg.decode_tiles,
+            static_cast<int>(ap.decode_items().size()) * dims.num_kv_heads * head_chunks);
+  EXPECT_EQ(cfg.decode_ctas, ceil_div(cfg.decode_tiles, cfg.virtual_decode));
+  EXPECT_EQ(cfg.grid, cfg.prefill_ctas + cfg.decode_ctas);
+}
+
+// The four hybrid cases of docs/gpu.md (Llama-3-8B heads).
+struct Named {
+  const char* name;
+  int chunk, chunk_ctx, decodes, decode_ctx;
+};
+const Named kNamed[] = {
+    {"chunk 1024 @4096 + 64 decodes @4096", 1024, 4096, 64, 4096},
+    {"chunk 2048 @8192 + 32 decodes @8192", 2048, 8192, 32, 8192},
+    {"chunk 512 @16384 + 128 decodes @2048", 512, 16384, 128, 2048},
+    {"chunk 1024 @12288 + 64 decodes @12288", 1024, 12288, 64, 12288},
+};
+
+HybridBatch named_batch(const Named& n) {
+  return make_batch({{n.chunk_ctx - n.chunk, n.chunk}}, std::vector<int>(n.decodes, n.decode_ctx));
+}
+
+TEST(PodPlanTest, NamedCasesStayWithinTheLimits) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  for (const Named& n : kNamed) {
+    const HybridBatch batch = named_batch(n);
+    auto plan = PodPlan::create(batch, dims, pod_options());
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    const PodConfig& cfg = plan->config();
+    std::printf("[pod plan] %s:\n    %s\n", n.name, cfg.reason.c_str());
+    expect_covers(batch, dims, *plan);
+    const int base_prefill = ceil_div(n.chunk, kPrefillBlockM) * dims.num_q_heads;
+    // Prefill splits only while the prefill CTAs stay within 2 x SMs.
+    if (cfg.prefill_splits > 1) {
+      EXPECT_LE(cfg.prefill_ctas, 2 * 132) << n.name;
+    }
+    if (base_prefill >= 2 * 132) {
+      EXPECT_EQ(cfg.prefill_splits, 1) << n.name;
+    }
+    // Decode splits only until the decode CTAs fill one wave.
+    if (cfg.decode_splits > 1) {
+      auto fewer = pod_options();
+      fewer.decode_splits = cfg.decode_splits - 1;
+      fewer.prefill_splits = cfg.prefill_splits;
+      auto p2 = PodPlan::create(batch, dims, fewer);
+      ASSERT_TRUE(p2.ok());
+      EXPECT_LT(p2->config().decode_ctas, 132 * 2) << n.name;
+    }
+    EXPECT_EQ(cfg.mode, AttentionMode::pod);
+    EXPECT_GT(cfg.estimate_us, 0);
+  }
+}
+
+TEST(PodPlanTest, NamedCasePlannerChoices) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  // chunk 1024 @12288: 8 tiles x 32 heads = 256 prefill CTAs (~2 x SMs): no split.
+  auto p4 = PodPlan::create(named_batch(kNamed[3]), dims, pod_options()).value();
+  EXPECT_EQ(p4.config().prefill_splits, 1);
+  EXPECT_EQ(p4.config().prefill_ctas, 256);
+  // chunk 512 @16384: 128 prefill CTAs of 256 key blocks beside short
+  // decodes: the planner splits the long prefill tiles in two (256 CTAs).
+  auto p3 = PodPlan::create(named_batch(kNamed[2]), dims, pod_options()).value();
+  EXPECT_EQ(p3.config().prefill_splits, 2);
+  EXPECT_EQ(p3.config().prefill_ctas, 256);
+  EXPECT_EQ(p3.config().decode_splits, 1);  // 1024 decode tiles already fill a wave
+}
+
+TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
+  std::mt19937_64 rng(12345);
+  const std::vector<AttentionDims> dims_list = {{32, 8, 128, DType::f16},
+                                                {32, 4, 128, DType::bf16},
+                                                {8, 8, 64, DType::f16},
+                                                {40, 2, 64, DType::bf16}};
+  double worst_ms = 0;
+  for (int b = 0; b < 300; ++b) {
+    auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+    const AttentionDims dims = dims_list[pick(4)];
+    std::vector<SeqSpec> prefills;
+    for (int i = pick(4); i > 0; --i) prefills.push_back({pick(20000), 1 + pick(2048)});
+    std::vector<int> decodes;
+    for (int i = pick(300); i > 0; --i) decodes.push_back(1 + pick(20480));
+    const HybridBatch batch = make_batch(prefills, decodes);
+    PodOptions o = pod_options();
+    if (pick(3) == 0) o.device.num_sms = 1 + pick(64);
+    o.virtual_decode = pick(3);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = PodPlan::create(batch, dims, o);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    worst_ms = std::max(worst_ms, ms);
+    expect_covers(batch, dims, *plan);
+    const PodConfig& cfg = plan->config();
+    if (batch.prefills.empty()) {
+      EXPECT_EQ(cfg.prefill_ctas, 0);
+    }
+    if (batch.decodes.empty()) {
+      EXPECT_EQ(cfg.decode_ctas, 0);
+    }
+    if (o.virtual_decode > 0) {
+      EXPECT_EQ(cfg.virtual_decode, o.virtual_decode);
+    }
+    EXPECT_LE(cfg.prefill_splits, 8);
+    EXPECT_LE(cfg.decode_splits, 16);
+  }
+  std::printf("[pod plan] slowest plan of 300 random batches: %.2f ms\n", worst_ms);
+  EXPECT_LT(worst_ms, 50.0);  // once per step, on the CPU
+}
+
+TEST(PodPlanTest, ZeroTileCases) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  auto empty = PodPlan::create(make_batch({}, {}), dims, pod_options()).value();
+  EXPECT_EQ(empty.config().grid, 0);
+  auto only_prefill = PodPlan::create(make_batch({{0, 300}}, {}), dims, pod_options()).value();
+  EXPECT_EQ(only_prefill.config().decode_ctas, 0);
+  EXPECT_GT(only_prefill.config().prefill_ctas, 0);
+  auto only_decode = PodPlan::create(make_batch({}, {5}), dims, pod_options()).value();
+  EXPECT_EQ(only_decode.config().prefill_ctas, 0);
+  EXPECT_EQ(only_decode.config().decode_tiles, 8);
+}
+
+TEST(PodPlanTest, ForcedOptionsAreHonoured) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{4000, 256}}, std::vector<int>(3, 9000));
+  PodOptions o = pod_options();
+  o.prefill_splits = 3;
+  o.decode_splits = 5;
+  o.virtual_decode = 1;
+  o.ratio = PodRatio::even;
+  auto plan = PodPlan::create(batch, dims, o).value();
+  EXPECT_EQ(plan.config().prefill_splits, 3);
+  EXPECT_EQ(plan.config().decode_splits, 5);
+  EXPECT_EQ(plan.config().virtual_decode, 1);
+  EXPECT_EQ(plan.config().ratio, PodRatio::even);
+  EXPECT_EQ(plan.config().prefill_ctas, 2 * 3 * 32);
+  EXPECT_EQ(plan.config().decode_tiles, 3 * 5 * 8);
+  expect_covers(batch, dims, plan);
+}
+
+TEST(PodPlanTest, SerialModeUsesTheAttentionPlanner) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = named_batch(kNamed[2]);
+  PodOptions o = pod_options();
+  o.mode = AttentionMode::serial;
+  auto serial = PodPlan::create(batch, dims, o).value();
+  auto reference = AttentionPlan::create(batch, dims, {132, 0, 0}).value();
+  EXPECT_EQ(serial.mode(), AttentionMode::serial);
+  EXPECT_EQ(serial.attention().prefill_items().size(), reference.prefill_items().size());
+  EXPECT_EQ(serial.attention().decode_items().size(), reference.decode_items().size());
+}
+
+TEST(PodPlanTest, RejectsBadOptions) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{0, 10}}, {10});
+  PodOptions o = pod_options();
+  o.device.num_sms = 0;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.virtual_decode = 3;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.decode_splits = -1;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.device.ctas_per_sm[2] = 0;
+  o.virtual_decode = 2;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(PodPlan::create(batch, {32, 8, 96, DType::f16}, pod_options()).status().code(),
+            StatusCode::unimplemented);
+}
+
+TEST(PodPlanTest, ModeAndRatioNames) {
+  EXPECT_EQ(parse_attention_mode("pod").value(), AttentionMode::pod);
+  EXPECT_EQ(parse_attention_mode("serial").value(), AttentionMode::serial);
+  EXPECT_FALSE(parse_attention_mode("fused").ok());
+  EXPECT_STREQ(attention_mode_name(AttentionMode::pod), "pod");
+  EXPECT_EQ(parse_pod_ratio("proportional").value(), PodRatio::proportional);
+  EXPECT_EQ(parse_pod_ratio("50:50").value(), PodRatio::even);
+  EXPECT_FALSE(parse_pod_ratio("3:1").ok());
+}
+
+// The launcher rejects bad inputs before touching the GPU.
+TEST(PodLaunchTest, ValidatesInputs) {
+  const AttentionDims dims{8, 2, 128, DType::f16};
+  const HybridBatch batch = make_batch({{0, 16}}, {20});
+  const int tokens = batch.num_tokens();
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();
+  alignas(16) static std::uint16_t fake[1 << 16];
+  const TensorView q(fake, DType::f16, {tokens, 8, 128}, Device::cuda);
+  KvLayerView kv;
+  kv.k = fake;
+  kv.v = fake;
+  kv.dtype = DType::f16;
+  kv.device = Device::cuda;
+  kv.num_slots = 2;
+  kv.max_ctx = 64;
+  kv.num_kv_heads = 2;
+  kv.head_dim = 128;
+  kv.head_stride = 128;
+  kv.token_stride = 256;
+  kv.slot_stride = 256 * 64;
+  const AttentionBuffers buffers{fake, sizeof fake, fake, sizeof fake};
+  const PodCounters no_counters;
+  // No counters.
+  Status s = pod(plan, buffers, no_counters, q, kv, q, 0.1f, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
+  EXPECT_NE(s.message().find("counters"), std::string::npos) << s.to_string();
+  // A serial plan.
+  PodOptions serial = pod_options();
+  serial.mode = AttentionMode::serial;
+  auto splan = PodPlan::create(batch, dims, serial).value();
+  EXPECT_EQ(pod(splan, buffers, no_counters, q, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  // Wrong dtype, wrong heads, host memory, bad scale.
+  const TensorView q_bf16(fake, DType::bf16, {tokens, 8, 128}, Device::cuda);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_bf16, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  const TensorView q_heads(fake, DType::f16, {tokens, 4, 128}, Device::cuda);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_heads, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  const TensorView q_host(fake, DType::f16, {tokens, 8, 128}, Device::cpu);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_host, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q, kv, q, -1.f, nullptr).code(),
+            StatusCode::invalid_argument);
+  // KV view too short for the batch.
+  KvLayerView short_kv = kv;
+  short_kv.max_ctx = 10;
+  EXPECT_EQ(pod(plan, buffers, no_counters, q, short_kv, q, 0.1f, nullptr).code(),
+            StatusCode::out_of_range);
+}
+
+}  // namespace
+}  // namespace vpod::attention
