@@ -12,5 +12,6 @@ void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace vpod::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   vpod::cli::add_bench_command(app);
   vpod::cli::add_make_model_command(app);
   vpod::cli::add_generate_command(app);
+  vpod::cli::add_serve_command(app);
 
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);

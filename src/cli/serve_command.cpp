@@ -1,0 +1,247 @@
+// `vpod serve --model DIR`: the OpenAI-compatible HTTP server (src/server)
+// over the engine. The listener comes up first (GET /health answers 503
+// while the model loads), then the model, the KV cache and the engine.
+// SIGINT/SIGTERM stop it gracefully: new requests get 503, in-flight ones may
+// finish until --drain-timeout, the rest are aborted, and the process exits 0.
+// A second signal aborts in-flight requests at once.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "server/engine_backend.h"
+#include "server/http_server.h"
+
+namespace vpod::cli {
+namespace {
+
+struct ServeArgs {
+  server::EngineBackendOptions engine;
+  server::ServerConfig http;
+  std::string model;
+  std::string kv_cache_memory;  // "" or a size: 512MiB, 4GiB, 1000000
+  std::string max_request_body = "32MiB";
+  double drain_timeout_s = 30.0;
+};
+
+[[noreturn]] void fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "vpod serve: %s\n", message.c_str());
+  throw CLI::RuntimeError(code);
+}
+
+// "4GiB", "512MiB", "64KiB", "2GB", "1000000" -> bytes.
+std::optional<std::size_t> parse_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit == "" || unit == "b") {
+    scale = 1;
+  } else if (unit == "kib" || unit == "k") {
+    scale = 1024.0;
+  } else if (unit == "mib" || unit == "m") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "gib" || unit == "g") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "kb") {
+    scale = 1e3;
+  } else if (unit == "mb") {
+    scale = 1e6;
+  } else if (unit == "gb") {
+    scale = 1e9;
+  } else {
+    return std::nullopt;
+  }
+  if (!(value > 0)) return std::nullopt;
+  return static_cast<std::size_t>(value * scale);
+}
+
+// Waits for SIGINT/SIGTERM on its own thread (they are blocked everywhere
+// else, so no other thread is interrupted). The first asks for a graceful
+// stop; the next ones abort in-flight requests.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(server::HttpServer& server) : server_(server) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+  // Blocks the signals in the calling thread and every thread it starts
+  // later. Call first thing, before any thread exists.
+  static void block_in_all_threads() {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  }
+  void wait_for_stop() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return stop_requested_; });
+  }
+  // Also a stop request (used when loading fails).
+  void request_stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_requested_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    const timespec poll{0, 200'000'000};
+    int count = 0;
+    while (!done_) {
+      const int sig = sigtimedwait(&signals_, nullptr, &poll);
+      if (sig < 0) continue;  // timeout or EINTR: check done_
+      if (++count == 1) {
+        VPOD_LOG_INFO("{}: draining (again to abort in-flight requests)", strsignal(sig));
+        request_stop();
+      } else {
+        VPOD_LOG_INFO("{}: aborting in-flight requests", strsignal(sig));
+        server_.abort_in_flight();
+      }
+    }
+  }
+
+  server::HttpServer& server_;
+  sigset_t signals_;
+  std::atomic<bool> done_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;
+  std::thread thread_;
+};
+
+void run(ServeArgs& a) {
+  SignalWatcher::block_in_all_threads();
+  a.engine.model_dir = a.model;
+  if (!a.kv_cache_memory.empty()) {
+    const auto bytes = parse_size(a.kv_cache_memory);
+    if (!bytes) fail("--kv-cache-memory: not a size: " + a.kv_cache_memory, 2);
+    a.engine.kv_cache_memory_bytes = *bytes;
+  }
+  const auto body_limit = parse_size(a.max_request_body);
+  if (!body_limit) fail("--max-request-body: not a size: " + a.max_request_body, 2);
+  a.http.max_body_bytes = *body_limit;
+  if (a.drain_timeout_s < 0) fail("--drain-timeout must be >= 0", 2);
+
+  server::HttpServer http(a.http);
+  if (Status bound = http.bind(); !bound.ok()) fail(bound.message());
+  SignalWatcher signals(http);
+  Status served;
+  std::thread serve_thread([&] { served = http.serve(); });
+  const std::string base_url = fmt::format("http://{}:{}", a.http.host, http.port());
+  VPOD_LOG_INFO("listening on {} (loading {})", base_url, a.model);
+
+  const auto load_start = std::chrono::steady_clock::now();
+  auto loaded = server::EngineBackend::load(a.engine);
+  int exit_code = 0;
+  std::unique_ptr<server::EngineBackend> backend;
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "vpod serve: cannot load %s: %s\n", a.model.c_str(),
+                 loaded.status().to_string().c_str());
+    exit_code = 1;
+    signals.request_stop();
+  } else {
+    backend = std::move(loaded).value();
+    http.attach(backend.get());
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    VPOD_LOG_INFO("loaded in {:.1f} s: {}", load_s, backend->summary());
+    std::string auth;
+    if (!a.http.api_key.empty()) auth = " -H \"Authorization: Bearer $VPOD_API_KEY\"";
+    std::printf(
+        "vpod serve: ready on %s, model \"%s\"\n  curl %s/v1/completions -H 'Content-Type: "
+        "application/json'%s -d '{\"model\": \"%s\", \"prompt\": \"Hello, my name is\", "
+        "\"max_tokens\": 16}'\n",
+        base_url.c_str(), backend->model().id.c_str(), base_url.c_str(), auth.c_str(),
+        backend->model().id.c_str());
+    std::fflush(stdout);
+  }
+
+  signals.wait_for_stop();
+  http.shutdown(std::chrono::milliseconds(static_cast<std::int64_t>(a.drain_timeout_s * 1000)));
+  serve_thread.join();
+  backend.reset();  // stops the engine
+  if (!served.ok()) {
+    std::fprintf(stderr, "vpod serve: %s\n", served.to_string().c_str());
+    exit_code = 1;
+  }
+  VPOD_LOG_INFO("stopped");
+  if (exit_code != 0) throw CLI::RuntimeError(exit_code);
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  auto a = std::make_shared<ServeArgs>();
+  server::EngineBackendOptions& e = a->engine;
+  server::ServerConfig& h = a->http;
+  cmd->add_option("--model", a->model, "Hugging Face model folder")->required();
+  cmd->add_option("--served-model-name", e.served_model_name,
+                  "Name clients use in 'model' (default: the --model value)");
+  cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", h.port, "Port to listen on (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", h.api_key,
+                  "Require 'Authorization: Bearer KEY' (also read from $VPOD_API_KEY)")
+      ->envname("VPOD_API_KEY");
+  cmd->add_option("--max-model-len", e.max_model_len,
+                  "Prompt + output tokens per request (default: the model's context)");
+  cmd->add_option("--max-num-seqs", e.max_num_seqs, "Requests running at once")
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", e.max_num_batched_tokens,
+                  "Tokens per engine step (decodes + prefill chunks)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
+                  "Fraction of GPU memory vpod may use (weights, activations, KV cache)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
+                  "KV cache size, e.g. 4GiB (default: the GPU budget; on the CPU a default)");
+  cmd->add_option("--device", e.device, "auto, cuda or cpu")->capture_default_str();
+  cmd->add_option("--dtype", e.dtype, "GPU compute dtype: bf16, fp16, fp32 (default: the model's)");
+  cmd->add_option("--kv-cache", e.kv_cache, "vattn or paged")->capture_default_str();
+  cmd->add_option("--kv-layout", e.kv_layout, "all-layers or per-layer")->capture_default_str();
+  cmd->add_option("--attention", e.attention, "serial, simple or pod")->capture_default_str();
+  cmd->add_option("--cpu-threads", e.cpu_threads, "CPU backend threads (0: all cores)")
+      ->capture_default_str();
+  cmd->add_option("--seed", e.seed, "Seeds the requests that bring no seed")->capture_default_str();
+  cmd->add_option("--http-threads", h.http_threads,
+                  "HTTP worker threads: connections served at once (each stream holds one)")
+      ->capture_default_str();
+  cmd->add_option("--max-request-body", a->max_request_body, "Largest request body (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", h.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", a->drain_timeout_s,
+                  "Seconds in-flight requests may finish after SIGINT/SIGTERM")
+      ->capture_default_str();
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace vpod::cli
