@@ -387,6 +387,58 @@ ApiResult<std::vector<Prompt>> parse_prompts(Fields& f, const RequestLimits& lim
 
 constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool", "developer"};
 
+// An assistant message's earlier `tool_calls` (a conversation that replays
+// them; `tools` themselves are refused): [{"id", "type": "function",
+// "function": {"name", "arguments"}}]. As vLLM does, a string `arguments`
+// is parsed into its JSON value first, so templates that `tojson` it render
+// the object rather than a quoted string.
+ApiResult<json> parse_tool_calls(const json& calls, const std::string& where) {
+  const auto bad = [&](std::string_view what) {
+    return bad_request(fmt::format("'{}.tool_calls' {}", where, what), "messages");
+  };
+  if (!calls.is_array()) return bad("must be an array");
+  json out = json::array();
+  for (const json& call : calls) {
+    if (!call.is_object()) return bad("must hold objects");
+    auto type = call.find("type");
+    if (type != call.end() && !type->is_null() && *type != "function") {
+      return bad("entries must have type 'function'");
+    }
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) return bad("entries need a 'function'");
+    auto name = function->find("name");
+    if (name == function->end() || !name->is_string()) return bad("functions need a string 'name'");
+    json converted = {{"name", *name}};
+    if (auto args = function->find("arguments"); args != function->end() && !args->is_null()) {
+      if (args->is_string()) {
+        const std::string& text = args->get_ref<const std::string&>();
+        // The body's nesting limit held for the string, not for what it holds.
+        if (!nesting_within(text, RequestLimits{}.max_json_depth)) {
+          return bad("'arguments' nests too deeply");
+        }
+        json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (value.is_discarded()) return bad("'arguments' is not valid JSON");
+        converted["arguments"] = std::move(value);
+      } else if (args->is_object()) {
+        converted["arguments"] = *args;
+      } else {
+        return bad("'arguments' must be a JSON string or an object");
+      }
+    } else {
+      converted["arguments"] = json::object();
+    }
+    json entry = json::object();
+    if (auto id = call.find("id"); id != call.end() && !id->is_null()) {
+      if (!id->is_string()) return bad("ids must be strings");
+      entry["id"] = *id;
+    }
+    entry["type"] = "function";
+    entry["function"] = std::move(converted);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // `messages`: objects with a role and string, text-part or (assistant) null
 // content. Returns clean copies for the chat template: role, content (string
 // or [{"type": "text", "text"}] parts; null becomes ""), and name if given.
@@ -459,9 +511,20 @@ ApiResult<json> parse_messages(const json& v) {
       }
       message["name"] = *name;
     }
-    if (auto calls = m.find("tool_calls");
-        calls != m.end() && !calls->is_null() && !(calls->is_array() && calls->empty())) {
-      return bad_request("tool calls are not supported by vpod yet", "messages");
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (role_name != "assistant") {
+        return bad_request(fmt::format("'{}.tool_calls' is only for assistant messages", where),
+                           "messages");
+      }
+      auto converted = parse_tool_calls(*calls, where);
+      if (!converted.ok()) return converted.error();
+      if (!converted->empty()) message["tool_calls"] = std::move(converted).value();
+    }
+    if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
+      if (!id->is_string()) {
+        return bad_request(fmt::format("'{}.tool_call_id' must be a string", where), "messages");
+      }
+      message["tool_call_id"] = *id;
     }
     messages.push_back(std::move(message));
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "server/utf8.h"
+#include "tokenizer/chat_template.h"
 
 namespace vpod::server {
 namespace {
@@ -308,6 +309,56 @@ TEST(ChatParse, MessagesAndFields) {
   EXPECT_EQ(plain->sampling.logprobs, 0);
   EXPECT_FALSE(plain->max_tokens.has_value());
   EXPECT_EQ(plain->chat_template.extra_vars["enable_thinking"], false);
+}
+
+TEST(ChatParse, ToolCallHistoryArgumentsBecomeObjectsInOrder) {
+  // A replayed tool call: `arguments` arrives as a JSON string and reaches the
+  // template as an object whose keys keep their order (templates tojson it).
+  const std::string body = R"({"messages": [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"zeta\": 1, \"alpha\": [true]}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})";
+  auto r = parse_chat_request(body, limits());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& m = r->messages;
+  ASSERT_EQ(m.size(), 3u);
+  const auto& call = m[1]["tool_calls"][0];
+  EXPECT_EQ(call["id"], "call_1");
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  ASSERT_TRUE(call["function"]["arguments"].is_object());
+  EXPECT_EQ(call["function"]["arguments"].dump(), R"({"zeta":1,"alpha":[true]})");
+  EXPECT_EQ(m[1]["content"], "");
+  EXPECT_EQ(m[2]["tool_call_id"], "call_1");
+  // What a Llama-3.1-style template makes of it: the object, in order.
+  auto tmpl = tokenizer::ChatTemplate::from_config(
+      {{"chat_template",
+        "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
+        "tojson }}{% endif %}{% endfor %}"}});
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  auto text = tmpl->render(m, /*add_generation_prompt=*/false);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(text.value(), R"({"zeta": 1, "alpha": [true]})");
+
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  const auto with_calls = [&](json calls, std::string role = "assistant") {
+    return chat({{"messages",
+                  {user, {{"role", role}, {"content", "x"}, {"tool_calls", std::move(calls)}}}}});
+  };
+  const json fn = {{"name", "f"}, {"arguments", "{}"}};
+  EXPECT_TRUE(with_calls({{{"type", "function"}, {"function", fn}}}).ok());
+  expect_bad(with_calls({{{"type", "function"}, {"function", fn}}}, "user"), "messages");
+  expect_bad(with_calls("f"), "messages");
+  expect_bad(with_calls({{{"type", "code"}, {"function", fn}}}), "messages");
+  expect_bad(with_calls({{{"type", "function"}}}), "messages");
+  expect_bad(with_calls({{{"function", {{"arguments", "{}"}}}}}), "messages");
+  expect_bad(with_calls({{{"function", {{"name", "f"}, {"arguments", "{not json"}}}}}), "messages");
+  expect_bad(with_calls({{{"function", {{"name", "f"}, {"arguments", 5}}}}}), "messages");
+  expect_bad(with_calls({{{"function", {{"name", "f"}, {"arguments", std::string(100, '[')}}}}}),
+             "messages");
+  expect_bad(chat({{"messages", {{{"role", "tool"}, {"content", "x"}, {"tool_call_id", 3}}}}}),
+             "messages");
 }
 
 TEST(ChatParse, Errors) {
