@@ -12,6 +12,7 @@ void add_attention_bench(CLI::App& bench);  // bench/attention_bench.cpp
 void add_model_bench(CLI::App& bench);      // bench/model_bench.cpp
 void add_kvcache_bench(CLI::App& bench);    // bench/kvcache_bench.cpp
 void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
+void add_offline_bench(CLI::App& bench);    // bench/offline_bench.cpp
 void add_pod_bench(CLI::App& bench);        // bench/pod_bench.cpp
 
 }  // namespace vpod::bench

@@ -13,6 +13,7 @@ void add_bench_command(CLI::App& app) {
   bench::add_attention_bench(*bench);
   bench::add_model_bench(*bench);
   bench::add_kvcache_bench(*bench);
+  bench::add_offline_bench(*bench);
   bench::add_pod_bench(*bench);
 }
 
