@@ -23,8 +23,20 @@ configure: $(BUILD_DIR)/build.ninja
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# `make run`: serve MODEL=DIR (a Hugging Face folder), or a demo model made
+# once in models/$(DEMO_PRESET); vpod serve prints a working curl line.
+MODEL ?=
+DEMO_PRESET ?= tiny
+PORT ?= 8000
+SERVE_ARGS ?=
 run: build
-	$(BUILD_DIR)/vpod info
+	@$(BUILD_DIR)/vpod info
+	@model="$(MODEL)"; \
+	if [ -z "$$model" ]; then \
+	  model=models/$(DEMO_PRESET); \
+	  [ -f $$model/config.json ] || $(BUILD_DIR)/vpod make-model --out $$model --preset $(DEMO_PRESET); \
+	fi; \
+	exec $(BUILD_DIR)/vpod serve --model $$model --port $(PORT) $(SERVE_ARGS)
 
 test: build
 	@bash scripts/run-tests.sh $(BUILD_DIR)
