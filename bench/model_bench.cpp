@@ -2,8 +2,11 @@
 // several batch sizes and contexts against the bandwidth roofline (weights +
 // KV bytes read at 4.24 TB/s), prefill throughput against the FLOP roofline
 // (771 TFLOP/s, bf16 GEMM measured on the H200), and a step-time breakdown
-// (GEMMs, attention, other kernels; host enqueue time). Validates first: the
-// logits of a step must be finite and not constant.
+// (GEMMs, attention, other kernels; host enqueue time). Decode steps run as
+// CUDA graphs (the default) and eagerly; the breakdown comes from an eager
+// step with per-op events. Also: the decode GEMV against cuBLASLt on the
+// model's weight shapes at M = 1, and the GPU sampler's time per call.
+// Validates first: the logits of a step must be finite and not constant.
 #include <cuda_runtime_api.h>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +19,12 @@
 #include <sstream>
 
 #include "bench/benches.h"
+#include "cuda/device_buffer.h"
 #include "cuda/device_info.h"
+#include "cuda/event.h"
+#include "kernels/gemm/cublaslt.h"
+#include "kernels/gemm/gemv.h"
+#include "kernels/sampling/sampling.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
 
@@ -28,10 +36,11 @@ constexpr double kBandwidthCeiling = 4.24e12;  // B/s, device copy on the H200 (
 constexpr double kFlopCeiling = 771e12;        // FLOP/s, bf16 GEMM 8192^3 on the H200
 
 struct ModelBenchArgs {
-  std::string model, json, dtype = "bf16", attention = "kernels";
+  std::string model, json, dtype = "bf16", attention = "serial";
   std::string batches = "1,16,64,256", contexts = "1024,2048,4096,8192", prefills = "4096,16384";
   int iters = 10;
   double gpu_memory_utilization = 0.92;
+  bool no_gemv = false;
 };
 
 std::vector<int> parse_list(const std::string& text) {
@@ -54,21 +63,20 @@ T ok_or_fail(Result<T> r) {
 }
 
 struct StepTiming {
-  double gpu_ms = 0;      // per step, CUDA events around `iters` steps
+  double gpu_ms = 0;      // per step, median over `iters` steps (graphs when eligible)
   double enqueue_ms = 0;  // host time inside forward() per step
-  model::OpTimes ops;     // one extra, timed step
+  double eager_ms = 0;    // the same steps with graphs off (decode rows)
+  model::OpTimes ops;     // one extra, timed step (eager)
 };
 
-StepTiming time_steps(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
-                      int iters) {
+double median_step_ms(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
+                      int iters, double* enqueue_ms) {
   model::Backend& b = m.backend();
-  for (int i = 0; i < 2; ++i) ok_or_fail(m.forward(batch, kv));
+  // Three warm-ups: a decode shape runs eagerly once, is recorded the
+  // second time, replayed from then on.
+  for (int i = 0; i < 3; ++i) ok_or_fail(m.forward(batch, kv));
   if (!b.synchronize().ok()) fail("synchronize failed");
   double enqueue = 0;
-  StepTiming t;
-  // Each step is timed on the host from the call to its completion (the
-  // backend's stream is internal), the median kept; enqueue is the part the
-  // host spends inside forward().
   std::vector<double> gpu;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -80,13 +88,148 @@ StepTiming time_steps(model::Model& m, const HybridBatch& batch, std::span<const
     gpu.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
   }
   std::sort(gpu.begin(), gpu.end());
-  t.gpu_ms = gpu[gpu.size() / 2];
-  t.enqueue_ms = enqueue / iters;
+  if (enqueue_ms != nullptr) *enqueue_ms = enqueue / iters;
+  return gpu[gpu.size() / 2];
+}
+
+StepTiming time_steps(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
+                      int iters) {
+  model::Backend& b = m.backend();
+  StepTiming t;
+  if (batch.prefills.empty()) {
+    m.set_step_graphs(false);
+    t.eager_ms = median_step_ms(m, batch, kv, iters, nullptr);
+    m.set_step_graphs(true);
+  }
+  // Each step is timed on the host from the call to its completion (the
+  // backend's stream is internal), the median kept; enqueue is the part the
+  // host spends inside forward().
+  t.gpu_ms = median_step_ms(m, batch, kv, iters, &t.enqueue_ms);
   b.set_op_timing(true);
   ok_or_fail(m.forward(batch, kv));
   t.ops = b.take_op_times();
   b.set_op_timing(false);
   return t;
+}
+
+// The decode GEMMs at M = 1 on the model's weight shapes: the GEMV kernel
+// against cuBLASLt's heuristic choice, in TB/s of weight bytes read.
+void bench_gemv(const model::Model& m, DType dtype, nlohmann::json& report) {
+  const model::ModelConfig& c = m.config();
+  struct Shape {
+    const char* name;
+    std::int64_t n, k;
+  };
+  const Shape shapes[] = {
+      {"qkv", c.q_size() + 2 * static_cast<std::int64_t>(c.kv_size()), c.hidden_size},
+      {"o", c.hidden_size, c.q_size()},
+      {"gate_up", 2 * static_cast<std::int64_t>(c.intermediate_size), c.hidden_size},
+      {"down", c.hidden_size, c.intermediate_size},
+      {"lm_head", c.vocab_size, c.hidden_size}};
+  auto lt = ok_or_fail(kernels::CublasLt::create());
+  cudaStream_t stream = nullptr;
+  constexpr int kIters = 50;
+  auto start = ok_or_fail(cuda::Event::create(cuda::Event::Timing::enabled));
+  auto stop = ok_or_fail(cuda::Event::create(cuda::Event::Timing::enabled));
+  std::printf("\ndecode GEMM, M = 1 (TB/s of weights read; %d back-to-back launches)\n", kIters);
+  std::printf("%-8s %-14s %10s %10s %10s %10s\n", "weight", "N x K", "gemv us", "gemv TB/s",
+              "cublas us", "cublas TB/s");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Shape& s : shapes) {
+    const std::size_t w_bytes = static_cast<std::size_t>(s.n * s.k) * dtype_size(dtype);
+    auto w = ok_or_fail(cuda::DeviceBuffer::allocate(w_bytes));
+    auto x = ok_or_fail(cuda::DeviceBuffer::allocate(static_cast<std::size_t>(s.k) * 4));
+    auto out = ok_or_fail(cuda::DeviceBuffer::allocate(static_cast<std::size_t>(s.n) * 4));
+    cudaMemset(w.data(), 0x3c, w_bytes);
+    cudaMemset(x.data(), 0x3c, static_cast<std::size_t>(s.k) * dtype_size(dtype));
+    const TensorView xv(x.data(), dtype, {1, s.k}, Device::cuda);
+    const TensorView wv(w.data(), dtype, {s.n, s.k}, Device::cuda);
+    const DType out_dtype = std::string(s.name) == "lm_head" ? DType::f32 : dtype;
+    const TensorView ov(out.data(), out_dtype, {1, s.n}, Device::cuda);
+    auto time_us = [&](auto&& launch) {
+      for (int i = 0; i < 3; ++i) launch();
+      start.record(stream);
+      for (int i = 0; i < kIters; ++i) launch();
+      stop.record(stream);
+      if (cudaStreamSynchronize(stream) != cudaSuccess) fail("GEMV bench failed");
+      return cuda::Event::elapsed_ms(start, stop) * 1e3 / kIters;
+    };
+    double gemv_us = 0;
+    if (kernels::gemv_supported(xv, wv, nullptr, ov)) {
+      gemv_us = time_us([&] { kernels::gemv_gpu(xv, wv, nullptr, ov, stream); });
+    }
+    const double lt_us = time_us([&] {
+      if (!lt->gemm(xv, wv, nullptr, ov, stream).ok()) fail("cuBLASLt GEMM failed");
+    });
+    const double gb = static_cast<double>(w_bytes) / 1e3;  // bytes / us -> per 1e-6 s
+    std::printf("%-8s %6lld x %-6lld %10.2f %10.2f %10.2f %10.2f\n", s.name,
+                static_cast<long long>(s.n), static_cast<long long>(s.k), gemv_us,
+                gemv_us > 0 ? gb / gemv_us / 1e3 : 0.0, lt_us, gb / lt_us / 1e3);
+    rows.push_back({{"weight", s.name},
+                    {"n", s.n},
+                    {"k", s.k},
+                    {"gemv_us", gemv_us},
+                    {"cublaslt_us", lt_us},
+                    {"gemv_tb_s", gemv_us > 0 ? gb / gemv_us / 1e3 : 0.0},
+                    {"cublaslt_tb_s", gb / lt_us / 1e3}});
+  }
+  report["gemv"] = rows;
+}
+
+// The sampler on one decode step's logits: greedy and filtered random
+// sampling at a few batch sizes (host time per call, results on the host).
+void bench_sampling(model::Model& m, nlohmann::json& report) {
+  model::Backend& b = m.backend();
+  const model::ModelConfig& c = m.config();
+  const int max_batch = std::min(64, m.options().max_num_sequences);
+  auto kv = ok_or_fail(model::KvCacheBuffers::create(b, c, m.kv_dtype(), max_batch, 64));
+  std::printf("\nsampling (%d-token vocabulary, host time per call incl. results)\n", c.vocab_size);
+  std::printf("%-6s %-26s %10s\n", "batch", "config", "ms");
+  nlohmann::json rows = nlohmann::json::array();
+  for (int batch : {1, max_batch}) {
+    HybridBatch hb;
+    for (int i = 0; i < batch; ++i) {
+      hb.decodes.push_back({.slot = i, .cached_len = 31, .num_new = 1, .token_offset = i});
+      hb.token_ids.push_back((13 * i + 1) % c.vocab_size);
+      hb.positions.push_back(31);
+    }
+    const TensorView logits = ok_or_fail(m.forward(hb, kv.views()));
+    struct Named {
+      const char* name;
+      kernels::SamplingConfig config;
+    };
+    kernels::SamplingConfig greedy;
+    greedy.temperature = 0.0f;
+    kernels::SamplingConfig topk;
+    topk.top_k = 50;
+    topk.temperature = 0.8f;
+    kernels::SamplingConfig topp;
+    topp.top_p = 0.9f;
+    topp.min_p = 0.05f;
+    topp.num_top_logprobs = 5;
+    for (const Named& n : {Named{"greedy", greedy}, Named{"top_k 50, T 0.8", topk},
+                           Named{"top_p 0.9, min_p, 5 logprobs", topp}}) {
+      std::vector<kernels::SampleRequest> req(static_cast<std::size_t>(batch));
+      std::vector<kernels::SampleResult> res(static_cast<std::size_t>(batch));
+      for (int i = 0; i < batch; ++i) {
+        req[i].row = i;
+        req[i].config = n.config;
+        req[i].config.seed = static_cast<std::uint64_t>(i);
+      }
+      std::vector<double> ms;
+      for (int it = 0; it < 7; ++it) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (Status s = b.sample(logits, req, res); !s.ok()) fail(s.to_string());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+      std::sort(ms.begin(), ms.end());
+      std::printf("%-6d %-26s %10.3f\n", batch, n.name, ms[ms.size() / 2]);
+      rows.push_back({{"batch", batch}, {"config", n.name}, {"ms", ms[ms.size() / 2]}});
+    }
+  }
+  report["sampling"] = rows;
 }
 
 void run(const ModelBenchArgs& a) {
@@ -96,16 +239,16 @@ void run(const ModelBenchArgs& a) {
   const std::vector<int> batches = parse_list(a.batches);
   const std::vector<int> contexts = parse_list(a.contexts);
   const std::vector<int> prefills = parse_list(a.prefills);
-  int max_tokens = 1;
+  int max_tokens = 17;  // the validation step's 16 + 1 tokens
   for (int b : batches) max_tokens = std::max(max_tokens, b);
   for (int p : prefills) max_tokens = std::max(max_tokens, p);
-  int max_seqs = 1;
+  int max_seqs = 2;  // the validation step's prefill + decode
   for (int b : batches) max_seqs = std::max(max_seqs, b);
 
   model::CudaBackendOptions bo;
   bo.dtype = ok_or_fail(parse_dtype(a.dtype));
-  bo.attention =
-      a.attention == "simple" ? model::AttentionImpl::simple : model::AttentionImpl::kernels;
+  if (Status s = model::apply_attention_flag(a.attention, &bo); !s.ok()) fail(s.to_string());
+  bo.gemv = !a.no_gemv;
   auto backend = ok_or_fail(model::make_cuda_backend(bo));
   const auto load_start = std::chrono::steady_clock::now();
   auto m = ok_or_fail(model::Model::load(
@@ -164,8 +307,11 @@ void run(const ModelBenchArgs& a) {
     std::printf("validation: logits finite, range [%.3f, %.3f]\n", lo, hi);
   }
 
-  std::printf("\n%-6s %-7s %10s %10s %9s %8s | %8s %8s %8s %9s\n", "batch", "context", "step ms",
-              "roofline", "ratio", "TB/s", "gemm", "attn", "other", "enqueue");
+  bench_gemv(*m, bo.dtype, report);
+
+  std::printf("\n%-6s %-7s %10s %10s %9s %8s %9s | %8s %8s %8s %9s\n", "batch", "context",
+              "step ms", "roofline", "ratio", "TB/s", "eager ms", "gemm", "attn", "other",
+              "enqueue");
   nlohmann::json decode_rows = nlohmann::json::array();
   for (int batch : batches) {
     for (int ctx : contexts) {
@@ -188,15 +334,16 @@ void run(const ModelBenchArgs& a) {
       const StepTiming t = time_steps(*m, b, kv.views(), a.iters);
       const double roof_ms = (weights_read + kv_bytes) / kBandwidthCeiling * 1e3;
       const double tbs = (weights_read + kv_bytes) / (t.gpu_ms * 1e-3) / 1e12;
-      std::printf("%-6d %-7d %10.3f %10.3f %8.2fx %8.2f | %8.3f %8.3f %8.3f %9.3f\n", batch, ctx,
-                  t.gpu_ms, roof_ms, t.gpu_ms / roof_ms, tbs, t.ops.gemm_ms, t.ops.attention_ms,
-                  t.ops.other_ms, t.enqueue_ms);
+      std::printf("%-6d %-7d %10.3f %10.3f %8.2fx %8.2f %9.3f | %8.3f %8.3f %8.3f %9.3f\n", batch,
+                  ctx, t.gpu_ms, roof_ms, t.gpu_ms / roof_ms, tbs, t.eager_ms, t.ops.gemm_ms,
+                  t.ops.attention_ms, t.ops.other_ms, t.enqueue_ms);
       decode_rows.push_back({{"batch", batch},
                              {"context", ctx},
                              {"step_ms", t.gpu_ms},
                              {"roofline_ms", roof_ms},
                              {"ratio_to_roofline", t.gpu_ms / roof_ms},
                              {"achieved_tb_s", tbs},
+                             {"eager_step_ms", t.eager_ms},
                              {"gemm_ms", t.ops.gemm_ms},
                              {"attention_ms", t.ops.attention_ms},
                              {"other_ms", t.ops.other_ms},
@@ -204,6 +351,11 @@ void run(const ModelBenchArgs& a) {
     }
   }
   report["decode"] = decode_rows;
+  const model::StepGraphStats gs = backend->step_graph_stats();
+  std::printf("step graphs: %d recorded, %d steps replayed, %d cached\n", gs.captured, gs.launched,
+              gs.cached);
+  report["step_graphs"] = {{"recorded", gs.captured}, {"launched", gs.launched}};
+  bench_sampling(*m, report);
 
   std::printf("\n%-8s %10s %10s %10s %8s | %8s %8s %8s\n", "prefill", "ms", "TFLOP/s", "roofline",
               "of roof", "gemm", "attn", "other");
@@ -262,10 +414,12 @@ void add_model_bench(CLI::App& bench) {
   cmd->add_option("--prefills", a->prefills, "Prefill prompt lengths")->capture_default_str();
   cmd->add_option("--iters", a->iters, "Timed steps per point")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16 or fp16")->capture_default_str();
-  cmd->add_option("--attention", a->attention, "kernels or simple")->capture_default_str();
+  cmd->add_option("--attention", a->attention, "serial, pod, or simple (the exact kernel)")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                   "Fraction of GPU memory vpod may use")
       ->capture_default_str();
+  cmd->add_flag("--no-gemv", a->no_gemv, "Decode GEMMs through cuBLASLt only (no GEMV kernel)");
   cmd->add_option("--json", a->json, "Write the results as JSON");
   cmd->callback([a] { run(*a); });
 }

@@ -23,7 +23,7 @@ namespace vpod::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, device = "auto", dtype, attention = "kernels", dump_logits;
+  std::string model, prompt, device = "auto", dtype, attention = "serial", dump_logits;
   std::vector<std::string> prompt_ids;  // one generation per entry
   int max_tokens = 64;
   std::optional<float> temperature, top_p, min_p;
@@ -73,10 +73,9 @@ void run(const GenerateArgs& a) {
     model::CudaBackendOptions options;
     options.dtype = a.dtype.empty() ? (config.dtype == DType::f32 ? DType::f32 : config.dtype)
                                     : value_or_fail(parse_dtype(a.dtype));
-    if (a.attention != "kernels" && a.attention != "simple")
-      fail("--attention: kernels or simple", 2);
-    options.attention =
-        a.attention == "simple" ? model::AttentionImpl::simple : model::AttentionImpl::kernels;
+    if (Status s = model::apply_attention_flag(a.attention, &options); !s.ok()) {
+      fail("--attention: " + s.to_string(), 2);
+    }
     backend = value_or_fail(model::make_cuda_backend(options));
   } else {
     backend = model::make_cpu_backend();
@@ -141,7 +140,9 @@ void run(const GenerateArgs& a) {
     std::optional<tokenizer::IncrementalDetokenizer> detok;
     if (tok) detok.emplace(*tok, /*skip_special_tokens=*/true);
     const int vocab = m->config().vocab_size;
-    std::vector<float> logits(vocab);
+    std::vector<float> logits(dump.is_open() ? vocab : 0);
+    std::vector<kernels::SampleRequest> request(1);
+    std::vector<kernels::SampleResult> sampled(1);
     std::vector<std::int32_t> output;
     HybridBatch batch;
     batch.prefills.push_back({.slot = 0,
@@ -154,13 +155,19 @@ void run(const GenerateArgs& a) {
     double first_token_s = 0.0;
     for (int step = 0; step < a.max_tokens; ++step) {
       const TensorView out = value_or_fail(m->forward(batch, kv.views()));
-      if (Status s = backend->download(out.data(), vocab * sizeof(float), logits.data()); !s.ok()) {
-        fail(s.to_string());
-      }
-      if (dump.is_open())
+      if (dump.is_open()) {
+        if (Status s = backend->download(out.data(), vocab * sizeof(float), logits.data());
+            !s.ok()) {
+          fail(s.to_string());
+        }
         dump.write(reinterpret_cast<const char*>(logits.data()), vocab * sizeof(float));
+      }
+      // Sampled by the backend (the GPU sampler on CUDA): only the id returns.
       sc.index = static_cast<std::uint64_t>(step);
-      const std::int32_t next = kernels::sample_ref(logits, sc, prompt, output).token;
+      request[0] = {
+          .row = 0, .config = sc, .prompt_ids = prompt, .output_ids = output, .suppressed_ids = {}};
+      if (Status s = backend->sample(out, request, sampled); !s.ok()) fail(s.to_string());
+      const std::int32_t next = sampled[0].token;
       if (step == 0) {
         first_token_s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -218,7 +225,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "auto, cuda or cpu")->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "GPU compute dtype: bf16, fp16, fp32 (default: the model's)");
-  cmd->add_option("--attention", a->attention, "GPU attention: kernels or simple")
+  cmd->add_option("--attention", a->attention,
+                  "GPU attention: serial, pod, or simple (serial through the exact kernel)")
       ->capture_default_str();
   cmd->add_option("--dump-logits", a->dump_logits, "Write each step's fp32 logits to this file");
   cmd->callback([a] { run(*a); });

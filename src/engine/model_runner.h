@@ -1,11 +1,10 @@
 // ModelExecutor over the model runtime (src/model): one forward over the
 // hybrid batch, then one sample per sequence that completes its tokens.
 //
-// Sampling uses kernels::sample on the host rows of the logits (penalties,
-// temperature, top-k/p, min-p, seeded Gumbel-max, logprobs; allocation-free
-// with a workspace sized once). On the CPU backend the rows are read in place; on
-// CUDA each sampled row is copied to the host first, which costs a PCIe copy
-// of vocab floats per row - the GPU sampler replaces that when it lands.
+// Sampling goes through the backend in one call per step (Backend::sample:
+// penalties, temperature, top-k/p, min-p, seeded Gumbel-max, logprobs with
+// kernels::sample's semantics): on the CPU backend kernels::sample per row,
+// on CUDA the GPU sampler, so only token ids and logprobs cross PCIe.
 #pragma once
 
 #include <span>
@@ -29,9 +28,8 @@ class ModelRunner final : public ModelExecutor {
  private:
   model::Model& model_;
   std::vector<KvLayerView> kv_views_;
-  std::vector<float> host_row_;  // [vocab] one downloaded logit row (CUDA)
-  kernels::SamplingWorkspace workspace_;
-  kernels::SampleResult result_;
+  std::vector<kernels::SampleRequest> requests_;  // reused every step
+  std::vector<kernels::SampleResult> results_;
 };
 
 }  // namespace vpod::engine

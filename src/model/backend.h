@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/dtype.h"
 #include "common/hybrid_batch.h"
 #include "common/kv_view.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
+#include "kernels/rope/rope.h"
+#include "kernels/sampling/sampling.h"
 
 namespace vpod::model {
 
@@ -72,6 +75,20 @@ struct OpTimes {
   int num_ops = 0;
 };
 
+// What try_step_graph() decided for the current step.
+enum class StepGraph : std::uint8_t {
+  launched,  // a graph recorded for this step's launch shape was enqueued: done
+  capture,   // shape seen before: record it (begin/end_step_capture) now
+  eager,     // first sighting (or graphs off): run the ops one by one
+};
+
+// Counters of the step-graph cache (tests, benchmarks).
+struct StepGraphStats {
+  int captured = 0;  // graphs recorded
+  int launched = 0;  // steps run by replaying a graph
+  int cached = 0;    // graphs held now
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -104,6 +121,34 @@ class Backend {
   virtual Status prepare_step(const StepArrays& arrays, const HybridBatch& batch,
                               StepTensors* out) = 0;
 
+  // Plans the step's attention for the model's heads and uploads the plan
+  // (CUDA: once per step, before the layers, outside any graph capture);
+  // every layer's attention() reuses it. The CPU backend needs no plan.
+  virtual Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
+                                int head_dim) {
+    (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim;
+    return {};
+  }
+
+  // ---- graphs of whole steps (decode-only steps; the model decides when) ----
+  // Call after prepare_step and plan_attention. A step's "launch shape" is
+  // everything the recorded launches bake in: token, sequence and logit-row
+  // counts, the attention plan's work-list sizes, and `caller_key`, which
+  // the caller derives from every other address the ops bake in (its
+  // weights, activations and KV views). The per-step data (token ids,
+  // positions, slots, plan contents) lives in fixed device buffers uploaded
+  // before the launch.
+  virtual Result<StepGraph> try_step_graph(std::uint64_t caller_key) {
+    (void)caller_key;
+    return StepGraph::eager;
+  }
+  // Records the ops enqueued until end_step_capture (they do not run), then
+  // end_step_capture instantiates the graph, caches it under the step's
+  // launch shape and launches it. On an error nothing ran: run eagerly.
+  virtual Status begin_step_capture() { return unimplemented("step graphs"); }
+  virtual Status end_step_capture() { return unimplemented("step graphs"); }
+  virtual StepGraphStats step_graph_stats() const { return {}; }
+
   // ---- ops ----
   // out[t, :] = table[token_ids[t], :]                      table [vocab, hidden]
   virtual void embedding(const TensorView& table, const StepTensors& step,
@@ -123,19 +168,33 @@ class Backend {
   virtual void head_rms_norm(const TensorView& x, const TensorView& weight, float eps) = 0;
   // Rotates q [T, q_heads, D] and k [T, kv_heads, D] in place (rotate-half
   // convention) at step.positions, then writes k and v [T, kv_heads, D] into
-  // the cache at (token_slots[t], token_kv_index[t]).
+  // the cache at (token_slots[t], token_kv_index[t]). `blocks` set: the
+  // cache is paged (kernels::KvBlockTable; see supports_paged_kv).
   virtual void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                              const RopeTable& rope, const StepTensors& step,
-                              const KvLayerView& kv) = 0;
+                              const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
+                              const kernels::KvBlockTable& blocks) = 0;
   // Causal attention of every new query over its sequence's cache:
   // q, out [T, q_heads, D]; query i of a sequence sees cache rows
   // [0, cached_len + i].
-  virtual void attention(const TensorView& q, const KvLayerView& kv, const StepTensors& step,
-                         float scale, const TensorView& out) = 0;
+  virtual void attention(const TensorView& q, const KvLayerView& kv,
+                         const kernels::KvBlockTable& blocks, const StepTensors& step, float scale,
+                         const TensorView& out) = 0;
+  // Whether rope_kv_append / attention read a paged cache for this head_dim
+  // (CUDA: the attention kernels' paged launchers, fp16/bf16 only).
+  virtual bool supports_paged_kv(int head_dim) const = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]      gate_up [T, 2I], out [T, I]
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
   // out[r, :] = x[step.logit_rows[r], :]                    out [num_logit_rows, hidden]
   virtual void gather_rows(const TensorView& x, const StepTensors& step, const TensorView& out) = 0;
+
+  // ---- sampling ----
+  // Samples the requests' rows of fp32 logits [rows, vocab] in this
+  // backend's memory (forward's result) with kernels::sample's semantics;
+  // penalties may be applied to those rows in place. CPU: sample() per row.
+  // CUDA: the GPU sampler (kernels/sampling/sampling_gpu.h) on the backend's
+  // stream; only the results come back to the host.
+  virtual Status sample(const TensorView& logits, std::span<const kernels::SampleRequest> requests,
+                        std::span<kernels::SampleResult> out) = 0;
 };
 
 // CPU backend (always available).
@@ -144,6 +203,17 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 }  // namespace vpod::model
 
 namespace vpod::model {
+
+// How a hybrid batch's attention runs (--attention).
+enum class AttentionMode : std::uint8_t {
+  serial,  // prefill kernel, then decode kernel (two launches per layer)
+  pod,     // the fused POD kernel (src/kernels/attention/pod*) for hybrid batches
+};
+std::string_view attention_mode_name(AttentionMode mode);
+// "serial" or "pod"; anything else is invalid_argument naming the value.
+Result<AttentionMode> parse_attention_mode(std::string_view text);
+// Whether this build has the POD launcher (attention::pod).
+bool pod_attention_built();
 
 enum class AttentionImpl : std::uint8_t {
   kernels,  // src/kernels/attention prefill + decode (fp16/bf16, head_dim 64/128),
@@ -155,10 +225,26 @@ struct CudaBackendOptions {
   DType dtype = DType::bf16;  // activations, weights and KV cache
   int device = 0;
   AttentionImpl attention = AttentionImpl::kernels;
+  // serial or pod (attention::hybrid_attention: the fused kernel on hybrid
+  // steps, the serial kernels on prefill- or decode-only steps). A build
+  // without the POD launcher fails at creation (pod_attention_built()),
+  // never falling back to serial silently.
+  AttentionMode attention_mode = AttentionMode::serial;
+  // Decode GEMMs with M <= kMaxGemvRows use the GEMV kernel (gemv.h) instead
+  // of cuBLASLt (off: benchmarks' comparison).
+  bool gemv = true;
+  // Step graphs kept at most (least recently used evicted).
+  int max_step_graphs = 128;
   std::size_t gemm_workspace_bytes = 32u << 20;
 };
 
-// The CUDA backend, or why it is unavailable (no GPU, no cuBLASLt).
+// The --attention flag of vpod generate / bench model: serial, pod, or simple
+// (serial through the simple exact kernel; "kernels" is an older spelling of
+// serial). Sets options->attention_mode and options->attention.
+Status apply_attention_flag(std::string_view flag, CudaBackendOptions* options);
+
+// The CUDA backend, or why it is unavailable (no GPU, no cuBLASLt, or
+// attention mode pod in a build without the POD launcher).
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
 }  // namespace vpod::model

@@ -160,8 +160,8 @@ class CpuBackend final : public Backend {
   }
 
   void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                      const RopeTable& rope, const StepTensors& step,
-                      const KvLayerView& kv) override {
+                      const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
+                      const kernels::KvBlockTable& blocks) override {
     const int rows = step.num_tokens;
     VPOD_CHECK(q.size(0) == rows && k.size(0) == rows && v.size(0) == rows);
     kernels::rope_ref(fp(q), q.stride(0), rows, static_cast<int>(q.size(1)), rope.head_dim,
@@ -169,14 +169,16 @@ class CpuBackend final : public Backend {
     kernels::rope_ref(fp(k), k.stride(0), rows, static_cast<int>(k.size(1)), rope.head_dim,
                       step.positions, rope.inv_freq);
     kernels::kv_append_ref(fp(k), k.stride(0), fp(v), v.stride(0), rows, step.token_slots,
-                           step.token_kv_index, kv);
+                           step.token_kv_index, kv, blocks);
   }
 
-  void attention(const TensorView& q, const KvLayerView& kv, const StepTensors& step, float scale,
-                 const TensorView& out) override {
+  bool supports_paged_kv(int) const override { return true; }
+
+  void attention(const TensorView& q, const KvLayerView& kv, const kernels::KvBlockTable& blocks,
+                 const StepTensors& step, float scale, const TensorView& out) override {
     VPOD_CHECK(q.rank() == 3 && out.rank() == 3 && q.size(0) == step.num_tokens);
-    reference_attention(fp(q), q.stride(0), kv, *step.batch, static_cast<int>(q.size(1)), scale,
-                        fp(out), out.stride(0));
+    reference_attention(fp(q), q.stride(0), kv, blocks, *step.batch, static_cast<int>(q.size(1)),
+                        scale, fp(out), out.stride(0));
   }
 
   void silu_mul(const TensorView& gate_up, const TensorView& out) override {
@@ -191,7 +193,26 @@ class CpuBackend final : public Backend {
                              static_cast<int>(x.size(1)), fp(out), row_stride(out));
   }
 
+  Status sample(const TensorView& logits, std::span<const kernels::SampleRequest> requests,
+                std::span<kernels::SampleResult> out) override {
+    if (requests.size() != out.size()) return invalid_argument("one result per request");
+    if (logits.rank() != 2 || logits.dtype() != DType::f32 || logits.stride(1) != 1) {
+      return invalid_argument("sample: logits must be f32 [rows, vocab], got " +
+                              logits.to_string());
+    }
+    const int vocab = static_cast<int>(logits.size(1));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const kernels::SampleRequest& r = requests[i];
+      if (r.row < 0 || r.row >= logits.size(0)) return out_of_range("sample: row out of range");
+      const float* row = fp(logits) + r.row * logits.stride(0);
+      kernels::sample(std::span<const float>(row, vocab), r.config, r.prompt_ids, r.output_ids,
+                      r.suppressed_ids, workspace_, out[i]);
+    }
+    return {};
+  }
+
  private:
+  kernels::SamplingWorkspace workspace_;
   int threads_;
   StepArrays arrays_;
 };

@@ -261,6 +261,45 @@ Status Model::allocate_activations() {
 
 Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
                                   LogitsMode mode) {
+  return forward_impl(batch, kv, {}, mode);
+}
+
+Result<TensorView> Model::forward(const HybridBatch& batch,
+                                  std::span<const kvcache::PagedKvLayerView> kv, LogitsMode mode) {
+  if (!backend_.supports_paged_kv(config_.head_dim)) {
+    return unimplemented(
+        "the paged KV cache needs the attention kernels (fp16/bf16, head_dim 64 "
+        "or 128) on " +
+        backend_.description());
+  }
+  paged_views_.clear();
+  paged_blocks_.clear();
+  for (const kvcache::PagedKvLayerView& p : kv) {
+    if (p.block_table == nullptr || p.block_size < 1 || (p.block_size & (p.block_size - 1)) != 0 ||
+        p.max_blocks_per_slot < 1) {
+      return invalid_argument("paged KV view needs a block table and a power-of-two block size");
+    }
+    KvLayerView v;
+    v.k = p.k;
+    v.v = p.v;
+    v.dtype = p.dtype;
+    v.device = p.device;
+    v.num_slots = p.num_slots;
+    v.max_ctx = p.max_blocks_per_slot * p.block_size;
+    v.num_kv_heads = p.num_kv_heads;
+    v.head_dim = p.head_dim;
+    v.slot_stride = p.block_stride;
+    v.token_stride = p.token_stride;
+    v.head_stride = p.head_stride;
+    paged_views_.push_back(v);
+    paged_blocks_.push_back({p.block_table, p.max_blocks_per_slot, p.block_size, p.num_blocks});
+  }
+  return forward_impl(batch, paged_views_, paged_blocks_, mode);
+}
+
+Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const KvLayerView> kv,
+                                       std::span<const kernels::KvBlockTable> blocks,
+                                       LogitsMode mode) {
   const ModelConfig& c = config_;
   VPOD_RETURN_IF_ERROR(build_step_arrays(batch, mode, c.vocab_size, &step_arrays_));
   const int num_tokens = batch.num_tokens();
@@ -302,6 +341,58 @@ Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLa
 
   StepTensors step;
   VPOD_RETURN_IF_ERROR(backend_.prepare_step(step_arrays_, batch, &step));
+  VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
+  const TensorView logits = logits_.slice(0, 0, num_rows);
+
+  // Decode-only steps run as one CUDA graph per launch shape (backend.h).
+  const bool graphable = step_graphs_ && batch.prefills.empty() &&
+                         mode == LogitsMode::last_per_sequence &&
+                         num_tokens <= options_.max_graph_batch_size;
+  StepGraph graph = StepGraph::eager;
+  if (graphable) {
+    VPOD_ASSIGN_OR_RETURN(graph, backend_.try_step_graph(graph_key(kv, blocks)));
+  }
+  if (graph == StepGraph::launched) return logits;
+  if (graph == StepGraph::capture) {
+    VPOD_RETURN_IF_ERROR(backend_.begin_step_capture());
+    run_ops(step, kv, blocks, num_tokens, num_rows);
+    const Status captured = backend_.end_step_capture();
+    if (captured.ok()) return logits;
+    // Nothing ran: log once, stop recording, run the step eagerly.
+    VPOD_LOG_WARN("CUDA graph capture failed, decode steps run eagerly from now on: {}",
+                  captured.to_string());
+    step_graphs_ = false;
+  }
+  run_ops(step, kv, blocks, num_tokens, num_rows);
+  return logits;
+}
+
+std::uint64_t Model::graph_key(std::span<const KvLayerView> kv,
+                               std::span<const kernels::KvBlockTable> blocks) const {
+  // splitmix64-style combine of every address and stride the ops bake in.
+  std::uint64_t h = reinterpret_cast<std::uintptr_t>(this);
+  auto mix = [&h](std::uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+  };
+  for (const KvLayerView& v : kv) {
+    mix(reinterpret_cast<std::uintptr_t>(v.k));
+    mix(reinterpret_cast<std::uintptr_t>(v.v));
+    mix(static_cast<std::uint64_t>(v.slot_stride));
+    mix(static_cast<std::uint64_t>(v.token_stride));
+    mix(static_cast<std::uint64_t>(v.head_stride));
+    mix(static_cast<std::uint64_t>(v.num_slots) << 32 | static_cast<std::uint32_t>(v.max_ctx));
+  }
+  for (const kernels::KvBlockTable& b : blocks) {
+    mix(reinterpret_cast<std::uintptr_t>(b.table));
+    mix(static_cast<std::uint64_t>(b.stride) << 32 | static_cast<std::uint32_t>(b.block_size));
+  }
+  return h;
+}
+
+void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
+                    std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows) {
+  const ModelConfig& c = config_;
   Backend& b = backend_;
   const std::int64_t t = num_tokens;
   const TensorView residual = residual_.slice(0, 0, t);
@@ -330,8 +421,9 @@ Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLa
       b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
       b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
     }
-    b.rope_kv_append(q, k, v, rope_, step, kv[l]);
-    b.attention(q, kv[l], step, scale, attn_out3);
+    const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
+    b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
+    b.attention(q, kv[l], table, step, scale, attn_out3);
     b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
     b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);
     b.linear(hidden, w.gate_up, nullptr, gate_up);
@@ -340,10 +432,8 @@ Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLa
   }
   b.add_rms_norm(residual, delta, final_norm_, c.rms_norm_eps, hidden);
   const TensorView selected = selected_.slice(0, 0, num_rows);
-  const TensorView logits = logits_.slice(0, 0, num_rows);
   b.gather_rows(hidden, step, selected);
-  b.linear(selected, lm_head_, nullptr, logits);
-  return logits;
+  b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
 }
 
 Result<KvCacheBuffers> KvCacheBuffers::create(Backend& backend, const ModelConfig& config,

@@ -20,6 +20,7 @@
 #include "common/kv_view.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
+#include "kvcache/paged_kv_view.h"
 #include "model/backend.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -33,6 +34,9 @@ struct ModelOptions {
   // Rows of logits the largest step can ask for in LogitsMode::all_tokens;
   // 0 means max_num_sequences (all_tokens then needs num_tokens <= this).
   int max_logit_rows = 0;
+  // Decode-only steps of at most this many sequences run as CUDA graphs
+  // (backends that support them); 0 turns graphs off.
+  int max_graph_batch_size = 256;
 };
 
 class Model {
@@ -61,6 +65,18 @@ class Model {
   // written to `kv` (one view per layer) before attention reads them.
   Result<TensorView> forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
                              LogitsMode mode = LogitsMode::last_per_sequence);
+  // The same step over the paged baseline cache (src/kvcache/paged_kv_cache.h:
+  // one view per layer, a sequence's slot is its block-table row; on CUDA the
+  // tables must be synced to the device before the call). Needs
+  // backend().supports_paged_kv(head_dim).
+  Result<TensorView> forward(const HybridBatch& batch,
+                             std::span<const kvcache::PagedKvLayerView> kv,
+                             LogitsMode mode = LogitsMode::last_per_sequence);
+
+  // Turns step graphs on or off (benchmarks, tests: graph == eager). On by
+  // default when options().max_graph_batch_size > 0.
+  void set_step_graphs(bool enabled) { step_graphs_ = enabled; }
+  bool step_graphs() const { return step_graphs_; }
 
  private:
   struct LayerWeights {
@@ -75,6 +91,16 @@ class Model {
   Status load_weights(const Checkpoint& checkpoint);
   Status allocate_activations();
   Result<TensorView> alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape);
+  // Both forwards: `blocks` empty for the contiguous cache, else one per layer.
+  Result<TensorView> forward_impl(const HybridBatch& batch, std::span<const KvLayerView> kv,
+                                  std::span<const kernels::KvBlockTable> blocks, LogitsMode mode);
+  // Enqueues the step's ops (embedding through logits) on the backend.
+  void run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
+               std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows);
+  // Identifies the addresses a recorded step bakes in beyond the backend's
+  // own buffers: this model's, and the KV views and block tables.
+  std::uint64_t graph_key(std::span<const KvLayerView> kv,
+                          std::span<const kernels::KvBlockTable> blocks) const;
 
   Backend& backend_;
   ModelConfig config_;
@@ -93,6 +119,10 @@ class Model {
   TensorView residual_, hidden_, qkv_, attn_out_, delta_, gate_up_, act_;
   TensorView selected_, logits_;  // [max_logit_rows, hidden], [max_logit_rows, vocab] fp32
   StepArrays step_arrays_;
+  bool step_graphs_ = true;
+  // The paged forward's views in the ops' form (reused every step).
+  std::vector<KvLayerView> paged_views_;
+  std::vector<kernels::KvBlockTable> paged_blocks_;
 };
 
 // A plain contiguous KV cache in backend memory, per-layer layout

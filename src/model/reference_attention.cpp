@@ -12,8 +12,8 @@ namespace vpod::model {
 namespace {
 
 void attend_sequence(const float* q, std::int64_t q_stride, const KvLayerView& kv,
-                     const BatchSequence& seq, int num_q_heads, float scale, float* out,
-                     std::int64_t out_stride) {
+                     const kernels::KvBlockTable& blocks, const BatchSequence& seq, int num_q_heads,
+                     float scale, float* out, std::int64_t out_stride) {
   const int d = kv.head_dim;
   const int group = num_q_heads / kv.num_kv_heads;
   const int ctx = seq.context_len();
@@ -24,7 +24,7 @@ void attend_sequence(const float* q, std::int64_t q_stride, const KvLayerView& k
   for (int t = 0; t < ctx; ++t) {
     for (int h = 0; h < kv.num_kv_heads; ++h) {
       const std::int64_t base =
-          seq.slot * kv.slot_stride + t * kv.token_stride + h * kv.head_stride;
+          kernels::kv_row_offset(kv, blocks, seq.slot, t) + h * kv.head_stride;
       for (int i = 0; i < d; ++i) {
         const std::size_t dst = (static_cast<std::size_t>(t) * kv.num_kv_heads + h) * d + i;
         keys[dst] = load_as_float(kv.k, kv.dtype, base + i);
@@ -66,14 +66,14 @@ void attend_sequence(const float* q, std::int64_t q_stride, const KvLayerView& k
 }  // namespace
 
 void reference_attention(const float* q, std::int64_t q_stride, const KvLayerView& kv,
-                         const HybridBatch& batch, int num_q_heads, float scale, float* out,
-                         std::int64_t out_stride) {
+                         const kernels::KvBlockTable& blocks, const HybridBatch& batch,
+                         int num_q_heads, float scale, float* out, std::int64_t out_stride) {
   VPOD_CHECK(kv.device == Device::cpu && kv.num_kv_heads > 0 && num_q_heads % kv.num_kv_heads == 0);
   for (const auto& s : batch.prefills) {
-    attend_sequence(q, q_stride, kv, s, num_q_heads, scale, out, out_stride);
+    attend_sequence(q, q_stride, kv, blocks, s, num_q_heads, scale, out, out_stride);
   }
   for (const auto& s : batch.decodes) {
-    attend_sequence(q, q_stride, kv, s, num_q_heads, scale, out, out_stride);
+    attend_sequence(q, q_stride, kv, blocks, s, num_q_heads, scale, out, out_stride);
   }
 }
 

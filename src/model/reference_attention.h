@@ -8,13 +8,15 @@
 
 #include "common/hybrid_batch.h"
 #include "common/kv_view.h"
+#include "kernels/rope/rope.h"
 
 namespace vpod::model {
 
 // q, out: [num_tokens, q_heads, head_dim] fp32 at the given token strides;
-// query i of a sequence attends to cache rows [0, cached_len + i].
+// query i of a sequence attends to cache rows [0, cached_len + i]; `blocks`
+// set: the cache is paged (kernels::KvBlockTable, host table).
 void reference_attention(const float* q, std::int64_t q_stride, const KvLayerView& kv,
-                         const HybridBatch& batch, int num_q_heads, float scale, float* out,
-                         std::int64_t out_stride);
+                         const kernels::KvBlockTable& blocks, const HybridBatch& batch,
+                         int num_q_heads, float scale, float* out, std::int64_t out_stride);
 
 }  // namespace vpod::model

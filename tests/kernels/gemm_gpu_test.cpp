@@ -4,6 +4,7 @@
 
 #include "kernels/gemm/cublaslt.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemv.h"
 #include "model_ops_gpu_support.h"
 #include "support/gpu.h"
 
@@ -52,6 +53,59 @@ TEST(CublasLtGpu, MatchesReference) {
     check_gemm(**lt, dt, dt, 64, 1024, 2816, false, 3000);        // strided rows
     check_gemm(**lt, dt, DType::f32, 5, 32000, 512, false, 512);  // logits in fp32
   }
+}
+
+// The decode GEMV (gemv.h) against gemm_ref: M = 1..4, f16/bf16, bias, fp32
+// logits, strided x, a K that is not a multiple of the unrolled chunk
+// (8 lanes x 8 chunks x 32), and the Llama-3-8B down_proj K.
+TEST(GemvGpu, MatchesReference) {
+  VPOD_REQUIRE_GPU();
+  struct Case {
+    int m, n, k, x_stride;
+    bool bias;
+    bool f32_out;
+  };
+  const Case cases[] = {{1, 3072, 1024, 1024, false, false}, {2, 1536, 1032, 1040, true, false},
+                        {3, 1000, 2816, 2816, false, false}, {4, 777, 14336, 14336, true, false},
+                        {1, 32000, 512, 512, false, true},   {4, 5000, 520, 528, true, true}};
+  for (DType dt : {DType::f16, DType::bf16}) {
+    for (const Case& c : cases) {
+      const DType out_dtype = c.f32_out ? DType::f32 : dt;
+      const auto x = round_to(random_vector(static_cast<std::size_t>(c.m) * c.x_stride, 21), dt);
+      const auto w =
+          round_to(random_vector(static_cast<std::size_t>(c.n) * c.k, 22, -0.1f, 0.1f), dt);
+      const auto b = round_to(random_vector(c.n, 23), out_dtype);
+      std::vector<float> want(static_cast<std::size_t>(c.m) * c.n);
+      gemm_ref(x.data(), c.x_stride, w.data(), c.k, c.bias ? b.data() : nullptr, want.data(), c.n,
+               c.m, c.n, c.k, 8);
+      auto dx = to_device(x, dt);
+      auto dw = to_device(w, dt);
+      auto db = to_device(b, out_dtype);
+      auto dout = poisoned(want.size(), out_dtype);
+      const TensorView xv(dx.data(), dt, {c.m, c.k}, {c.x_stride, 1}, Device::cuda);
+      const TensorView wv(dw.data(), dt, {c.n, c.k}, Device::cuda);
+      const TensorView bv(db.data(), out_dtype, {c.n}, Device::cuda);
+      const TensorView ov(dout.data(), out_dtype, {c.m, c.n}, Device::cuda);
+      ASSERT_TRUE(gemv_supported(xv, wv, c.bias ? &bv : nullptr, ov));
+      gemv_gpu(xv, wv, c.bias ? &bv : nullptr, ov, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = to_host(dout, want.size(), out_dtype);
+      float max_err = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+      EXPECT_LT(max_err, dtype_tolerance(out_dtype, 4.0f) + 2e-3f)
+          << dtype_name(dt) << " m=" << c.m << " n=" << c.n << " k=" << c.k;
+    }
+  }
+  // What it refuses: M above the limit, f32, misaligned K.
+  auto d = to_device(std::vector<float>(64 * 64, 0.5f), DType::bf16);
+  const TensorView w(d.data(), DType::bf16, {8, 64}, Device::cuda);
+  EXPECT_FALSE(gemv_supported(
+      TensorView(d.data(), DType::bf16, {kMaxGemvRows + 1, 64}, Device::cuda), w, nullptr,
+      TensorView(d.data(), DType::bf16, {kMaxGemvRows + 1, 8}, Device::cuda)));
+  EXPECT_FALSE(gemv_supported(TensorView(d.data(), DType::bf16, {1, 60}, Device::cuda),
+                              TensorView(d.data(), DType::bf16, {8, 60}, Device::cuda), nullptr,
+                              TensorView(d.data(), DType::bf16, {1, 8}, Device::cuda)));
 }
 
 }  // namespace

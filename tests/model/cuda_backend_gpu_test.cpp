@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "model/golden_support.h"
+#include "paged_support.h"
 #include "support/gpu.h"
 
+#include <cstring>
 #include <random>
 
 namespace vpod::model {
@@ -131,22 +133,212 @@ TEST(CudaBackend, Bf16HybridBatchMatchesCpuAndSimpleAttention) {
   ASSERT_TRUE(simple.ok());
   const std::vector<float> simple_out = run_scenario(**simple, dir, &error);
   ASSERT_EQ(simple_out.size(), ref.size()) << error;
+  simple->reset();
+  // POD: the hybrid step (2 chunks + 3 decodes) runs the fused kernel.
+  auto pod = make_cuda_backend({.dtype = DType::bf16, .attention_mode = AttentionMode::pod});
+  ASSERT_TRUE(pod.ok()) << pod.status().to_string();
+  const std::vector<float> pod_out = run_scenario(**pod, dir, &error);
+  ASSERT_EQ(pod_out.size(), ref.size()) << error;
 
-  float max_ref = 0, diff_kernels = 0, diff_simple = 0, diff_pair = 0;
+  float max_ref = 0, diff_kernels = 0, diff_simple = 0, diff_pair = 0, diff_pod = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     max_ref = std::max(max_ref, std::fabs(ref[i]));
+    diff_pod = std::max(diff_pod, std::fabs(pod_out[i] - ref[i]));
     diff_kernels = std::max(diff_kernels, std::fabs(kernels_out[i] - ref[i]));
     diff_simple = std::max(diff_simple, std::fabs(simple_out[i] - ref[i]));
     diff_pair = std::max(diff_pair, std::fabs(kernels_out[i] - simple_out[i]));
   }
   std::printf(
-      "bf16 hybrid batch: max |logit| %.4f, max diff vs cpu fp32: kernels %.5f, simple %.5f; "
-      "kernels vs simple %.5f\n",
-      max_ref, diff_kernels, diff_simple, diff_pair);
+      "bf16 hybrid batch: max |logit| %.4f, max diff vs cpu fp32: serial kernels %.5f, pod %.5f, "
+      "simple %.5f; kernels vs simple %.5f\n",
+      max_ref, diff_kernels, diff_pod, diff_simple, diff_pair);
+  EXPECT_LT(diff_pod, 0.05f * std::max(1.0f, max_ref));
   // bf16 activations over 4 layers: a few percent of the logit range.
   EXPECT_LT(diff_kernels, 0.05f * std::max(1.0f, max_ref));
   EXPECT_LT(diff_simple, 0.05f * std::max(1.0f, max_ref));
   EXPECT_LT(diff_pair, 0.05f * std::max(1.0f, max_ref));
+  std::filesystem::remove_all(dir);
+}
+
+// Decode steps replayed from CUDA graphs give bitwise the logits of the same
+// steps run eagerly: 4 sequences decode 10 steps, then 3, then 1 (several
+// launch shapes, contexts growing across attention-plan changes), on two
+// copies of the same KV cache; graph steps also feed the GPU sampler.
+TEST(CudaBackend, DecodeGraphsMatchEagerBitwise) {
+  VPOD_REQUIRE_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("vpod_test_graphs_" + std::to_string(::getpid()));
+  MakeModelOptions o;
+  o.out_dir = dir;
+  o.preset = "test-llama3";
+  o.seed = 5;
+  o.with_tokenizer = false;
+  ASSERT_TRUE(make_model(o).ok());
+  auto backend = make_cuda_backend({.dtype = DType::bf16});
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  auto model = Model::load(dir, **backend, {.max_num_tokens = 1024, .max_num_sequences = 8});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  const int vocab = m.config().vocab_size;
+
+  // Runs prefill + decodes on a fresh cache; returns every decode step's logits.
+  auto run = [&](bool graphs) {
+    auto kv = KvCacheBuffers::create(**backend, m.config(), m.kv_dtype(), 4, 512);
+    EXPECT_TRUE(kv.ok());
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> tok(0, vocab - 1);
+    const int lens[] = {150, 7, 64, 300};
+    HybridBatch prefill;
+    int offset = 0;
+    for (int slot = 0; slot < 4; ++slot) {
+      prefill.prefills.push_back(
+          {.slot = slot, .cached_len = 0, .num_new = lens[slot], .token_offset = offset});
+      for (int i = 0; i < lens[slot]; ++i) {
+        prefill.token_ids.push_back(tok(rng));
+        prefill.positions.push_back(i);
+      }
+      offset += lens[slot];
+    }
+    m.set_step_graphs(graphs);
+    const auto prefilled = m.forward(prefill, kv->views());
+    EXPECT_TRUE(prefilled.ok()) << prefilled.status().to_string();
+    int context[] = {lens[0], lens[1], lens[2], lens[3]};
+    std::vector<std::vector<float>> steps;
+    for (int active : {4, 3, 1}) {
+      for (int step = 0; step < 10; ++step) {
+        HybridBatch d;
+        for (int slot = 0; slot < active; ++slot) {
+          d.decodes.push_back(
+              {.slot = slot, .cached_len = context[slot], .num_new = 1, .token_offset = slot});
+          d.token_ids.push_back(tok(rng));
+          d.positions.push_back(context[slot]);
+          ++context[slot];
+        }
+        auto logits = m.forward(d, kv->views());
+        EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+        if (!logits.ok()) return steps;
+        steps.push_back(testing::download(**backend, *logits));
+      }
+    }
+    return steps;
+  };
+  const StepGraphStats before = (*backend)->step_graph_stats();
+  const auto eager = run(false);
+  EXPECT_EQ((*backend)->step_graph_stats().launched, before.launched);
+  const auto graphed = run(true);
+  const StepGraphStats after = (*backend)->step_graph_stats();
+  std::printf("step graphs: %d recorded, %d steps replayed (of %zu decode steps)\n", after.captured,
+              after.launched, graphed.size());
+  EXPECT_GE(after.captured, 3);   // one per batch size at least
+  EXPECT_GE(after.launched, 15);  // most of the 30 steps ran from graphs
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (std::size_t i = 0; i < eager.size(); ++i) {
+    ASSERT_EQ(eager[i].size(), graphed[i].size());
+    EXPECT_EQ(std::memcmp(eager[i].data(), graphed[i].data(), eager[i].size() * sizeof(float)), 0)
+        << "decode step " << i << " differs between graph and eager";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The backend's sampler on the model's logits: greedy is the arg-max of the
+// downloaded row, and a seeded draw equals the CPU reference on that row.
+TEST(CudaBackend, SamplesOnTheGpuLikeTheCpu) {
+  VPOD_REQUIRE_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("vpod_test_sample_" + std::to_string(::getpid()));
+  MakeModelOptions o;
+  o.out_dir = dir;
+  o.preset = "test-llama3";
+  o.seed = 9;
+  o.with_tokenizer = false;
+  ASSERT_TRUE(make_model(o).ok());
+  auto backend = make_cuda_backend({.dtype = DType::bf16});
+  ASSERT_TRUE(backend.ok());
+  auto model = Model::load(dir, **backend, {.max_num_tokens = 64, .max_num_sequences = 4});
+  ASSERT_TRUE(model.ok());
+  auto kv = KvCacheBuffers::create(**backend, (*model)->config(), (*model)->kv_dtype(), 4, 64);
+  ASSERT_TRUE(kv.ok());
+  HybridBatch b;
+  for (int s = 0; s < 4; ++s) {
+    b.prefills.push_back({.slot = s, .cached_len = 0, .num_new = 5, .token_offset = 5 * s});
+    for (int i = 0; i < 5; ++i) {
+      b.token_ids.push_back(17 * s + 3 * i + 1);
+      b.positions.push_back(i);
+    }
+  }
+  auto logits = (*model)->forward(b, kv->views());
+  ASSERT_TRUE(logits.ok());
+  const std::vector<float> host = testing::download(**backend, *logits);
+  const int vocab = (*model)->config().vocab_size;
+  std::vector<kernels::SampleRequest> req(4);
+  std::vector<kernels::SampleResult> got(4);
+  for (int s = 0; s < 4; ++s) {
+    req[s].row = s;
+    req[s].config.temperature = s == 0 ? 0.0f : 0.9f;
+    req[s].config.top_p = s == 2 ? 0.8f : 1.0f;
+    req[s].config.top_k = s == 3 ? 20 : 0;
+    req[s].config.seed = 1234;
+    req[s].config.index = static_cast<std::uint64_t>(s);
+    req[s].config.num_top_logprobs = 2;
+  }
+  ASSERT_TRUE((*backend)->sample(*logits, req, got).ok());
+  for (int s = 0; s < 4; ++s) {
+    const std::span<const float> row(host.data() + static_cast<std::size_t>(s) * vocab, vocab);
+    const kernels::SampleResult want = kernels::sample_ref(row, req[s].config, {}, {});
+    EXPECT_EQ(got[s].token, want.token) << "row " << s;
+    EXPECT_NEAR(got[s].logprob, want.logprob, 1e-4f) << "row " << s;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The model over the paged baseline cache on the GPU (the attention kernels'
+// paged launchers, RoPE + append through the block table, step graphs on)
+// against the contiguous cache: the same logits at every step.
+TEST(CudaBackend, PagedKvMatchesContiguousCache) {
+  VPOD_REQUIRE_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("vpod_test_paged_" + std::to_string(::getpid()));
+  MakeModelOptions o;
+  o.out_dir = dir;
+  o.preset = "test-llama3";
+  o.seed = 6;
+  o.with_tokenizer = false;
+  ASSERT_TRUE(make_model(o).ok());
+  auto backend = make_cuda_backend({.dtype = DType::bf16});
+  ASSERT_TRUE(backend.ok());
+  auto model = Model::load(dir, **backend, {.max_num_tokens = 256, .max_num_sequences = 8});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  auto contiguous = KvCacheBuffers::create(**backend, m.config(), m.kv_dtype(), 4, 128);
+  ASSERT_TRUE(contiguous.ok());
+  testing::PagedKv paged = testing::make_paged_kv(
+      **backend, m.config(), 4, 128, 16, [](void* dst, const void* src, std::size_t n) {
+        ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), cudaSuccess);
+      });
+  int bitwise = 0, steps = 0;
+  float worst = 0.0f;
+  for (const HybridBatch& b : testing::paged_scenario(m.config().vocab_size)) {
+    auto want = m.forward(b, contiguous->views());
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const std::vector<float> want_host = testing::download(**backend, *want);
+    auto got = m.forward(b, std::span<const kvcache::PagedKvLayerView>(paged.views));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    const std::vector<float> got_host = testing::download(**backend, *got);
+    ASSERT_EQ(got_host.size(), want_host.size());
+    float diff = 0.0f, range = 1.0f;
+    for (std::size_t i = 0; i < got_host.size(); ++i) {
+      diff = std::max(diff, std::fabs(got_host[i] - want_host[i]));
+      range = std::max(range, std::fabs(want_host[i]));
+    }
+    worst = std::max(worst, diff / range);
+    bitwise += std::memcmp(got_host.data(), want_host.data(), got_host.size() * 4) == 0;
+    ++steps;
+  }
+  std::printf("paged vs contiguous KV: %d of %d steps bitwise equal, max diff %.3g of range\n",
+              bitwise, steps, worst);
+  // Same kernels and plan, only addressing differs: anything beyond bf16
+  // rounding noise means a wrong block.
+  EXPECT_LT(worst, 1e-3f);
   std::filesystem::remove_all(dir);
 }
 

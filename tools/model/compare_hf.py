@@ -76,7 +76,7 @@ def main():
                 # Logits of every generated step along HF's tokens, in one forward.
                 full = gen[:, : len(ids) + NEW_TOKENS - 1]
                 hf_logits_all.append(hf(full).logits[0, len(ids) - 1:].float().cpu().numpy())
-        for dtype, attention in [("fp32", "simple"), ("bf16", "kernels")]:
+        for dtype, attention in [("fp32", "simple"), ("bf16", "serial")]:
             dump = os.path.join(args.work, f"{preset}_{dtype}_{attention}.bin")
             try:
                 out_ids, logits, log = vpod_generate(args.vpod, d, prompt_list, dtype, attention, dump)

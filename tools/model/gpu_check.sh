@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The model runtime's whole GPU check, in one call on the GPU machine:
 #   tools/model/gpu_check.sh BUILD_DIR OUT_DIR [VPOD_BINARY]
-# GPU unit tests (model + non-attention kernels), the comparison with
-# transformers, then `vpod bench model` on a llama3-8b made on the spot.
-# Each stage runs even if an earlier one failed; logs and JSON go to OUT_DIR.
+# GPU unit tests (model + non-attention kernels), `vpod bench model` on a
+# llama3-8b made on the spot (GEMV and cuBLASLt-only), the comparison with
+# transformers, then the engine's GPU tests (they sample through the model's
+# GPU sampler). Each stage runs even if an earlier one failed; logs and JSON
+# go to OUT_DIR. CONTEXTS overrides the decode contexts of the benchmark.
 set -uo pipefail
 build=${1:-build}
 out=${2:-/tmp/vpod-model-gpu}
@@ -15,12 +17,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 ldd "$vpod" | grep "not found"
 
 echo "== GPU tests"
-timeout 150 "$build/tests/test_model_gpu" 2>&1 | tee "$out/test_model_gpu.log" | grep -E "OK|FAILED|PASSED|SKIPPED|bf16 hybrid|Failure|error" | head -40
-timeout 60 "$build/tests/test_kernels_gpu" --gtest_filter='RmsNormGpu*:RopeKvAppendGpu*:CublasLtGpu*:SiluMulGpu*:GatherRowsGpu*' 2>&1 | tee "$out/test_kernels_gpu.log" | grep -E "OK \]|FAILED|PASSED|cuBLASLt from|Failure" | head -30
-
-echo "== transformers comparison"
-timeout 200 python3 tools/model/compare_hf.py --vpod "$vpod" --work /tmp/vpod-hf --json "$out/compare_hf.json" 2>&1 | grep -v Loading | tee "$out/compare_hf.log" | tail -40
+timeout 90 "$build/tests/test_model_gpu" 2>&1 | tee "$out/test_model_gpu.log" | grep -E "OK|FAILED|PASSED|SKIPPED|bf16 hybrid|step graphs|paged vs|Failure|error|differs" | head -60
+timeout 60 "$build/tests/test_kernels_gpu" --gtest_filter='RmsNormGpu*:RopeKvAppendGpu*:CublasLtGpu*:GemvGpu*:SiluMulGpu*:GatherRowsGpu*:GpuSampler*' 2>&1 | tee "$out/test_kernels_gpu.log" | grep -E "OK \]|FAILED|PASSED|cuBLASLt from|Failure|Expected|Which is|seed" | head -60
 
 echo "== bench model (llama3-8b, bf16)"
 "$vpod" make-model --out /tmp/llama3-8b --preset llama3-8b --no-tokenizer 2>&1 | tail -1
-timeout 200 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --json "$out/bench_model.json" 2>&1 | tee "$out/bench_model.log"
+timeout 150 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --contexts "${CONTEXTS:-1024,8192}" --json "$out/bench_model.json" 2>&1 | tee "$out/bench_model.log"
+echo "== --attention pod (must fail clearly while the POD launcher is not wired)"
+timeout 20 "$vpod" bench model --model /tmp/llama3-8b --attention pod 2>&1 | tail -2
+echo "== bench model, cuBLASLt for every GEMM (--no-gemv), batch 1"
+timeout 60 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --batches 1 --contexts 1024 --prefills "" --no-gemv 2>&1 | grep -A2 "^batch" | tee "$out/bench_model_nogemv.log"
+
+echo "== transformers comparison"
+timeout 120 python3 tools/model/compare_hf.py --vpod "$vpod" --work /tmp/vpod-hf --json "$out/compare_hf.json" 2>&1 | grep -v Loading | tee "$out/compare_hf.log" | tail -40
+
+if [ -x "$build/tests/test_engine_gpu" ]; then
+  echo "== engine GPU tests"
+  timeout 60 "$build/tests/test_engine_gpu" 2>&1 | tee "$out/test_engine_gpu.log" | grep -E "OK \]|FAILED|PASSED|SKIPPED|Failure" | head -20
+fi
+date -u

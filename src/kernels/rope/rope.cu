@@ -3,6 +3,7 @@
 // attention kernels that read the step's k directly).
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/rope/rope.h"
 
 namespace vpod::kernels {
@@ -21,18 +22,31 @@ struct RopeKernelParams {
   void* cache_k;
   void* cache_v;
   std::int64_t slot_stride, token_stride, head_stride;
+  const std::int32_t* block_table;  // paged: [slots, table_stride]; null: contiguous
+  int table_stride, block_shift;
   int q_heads, kv_heads, head_dim;
 };
 
 template <typename T>
 __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
   const float pos = static_cast<float>(p.positions[t]);
   const int slot = p.slots[t];
-  const std::int64_t cache_row =
-      slot >= 0 ? slot * p.slot_stride + static_cast<std::int64_t>(p.kv_index[t]) * p.token_stride
-                : 0;
+  std::int64_t cache_row = 0;
+  if (slot >= 0) {
+    const int index = p.kv_index[t];
+    if (p.block_table == nullptr) {
+      cache_row = slot * p.slot_stride + static_cast<std::int64_t>(index) * p.token_stride;
+    } else {
+      const std::int64_t block = p.block_table[static_cast<std::int64_t>(slot) * p.table_stride +
+                                               (index >> p.block_shift)];
+      cache_row = block * p.slot_stride +
+                  static_cast<std::int64_t>(index & ((1 << p.block_shift) - 1)) * p.token_stride;
+    }
+  }
   T* q = static_cast<T*>(p.q) + t * p.q_stride;
   T* k = static_cast<T*>(p.k) + t * p.k_stride;
   const T* v = static_cast<const T*>(p.v) + t * p.v_stride;
@@ -101,12 +115,21 @@ void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
   p.slot_stride = a.kv.slot_stride;
   p.token_stride = a.kv.token_stride;
   p.head_stride = a.kv.head_stride;
+  if (a.blocks.paged()) {
+    VPOD_CHECK_MSG(
+        a.blocks.block_size > 0 && (a.blocks.block_size & (a.blocks.block_size - 1)) == 0,
+        "rope_kv_append_gpu: block_size must be a power of two");
+    p.block_table = a.blocks.table;
+    p.table_stride = a.blocks.stride;
+    p.block_shift = __builtin_ctz(static_cast<unsigned>(a.blocks.block_size));
+  }
   p.q_heads = static_cast<int>(q.size(1));
   p.kv_heads = a.kv.num_kv_heads;
   p.head_dim = a.kv.head_dim;
   constexpr int kThreads = 256;
-  VPOD_DISPATCH_DTYPE(q.dtype(), T,
-                      { rope_kv_append_kernel<T><<<tokens, kThreads, 0, stream>>>(p); });
+  VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+    VPOD_CUDA_CHECK(launch_pdl(&rope_kv_append_kernel<T>, tokens, kThreads, 0, stream, p));
+  });
   VPOD_CUDA_CHECK_LAUNCH();
 }
 

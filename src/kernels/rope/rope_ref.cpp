@@ -59,14 +59,14 @@ void rope_ref(float* x, std::int64_t row_stride, int rows, int heads, int head_d
 
 void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
                    int rows, const std::int32_t* slots, const std::int32_t* kv_index,
-                   const KvLayerView& kv) {
+                   const KvLayerView& kv, const KvBlockTable& blocks) {
   VPOD_CHECK(kv.device == Device::cpu);
   for (int t = 0; t < rows; ++t) {
     if (slots[t] < 0) continue;
     VPOD_CHECK(slots[t] < kv.num_slots && kv_index[t] >= 0 && kv_index[t] < kv.max_ctx);
     for (int h = 0; h < kv.num_kv_heads; ++h) {
       const std::int64_t base =
-          slots[t] * kv.slot_stride + kv_index[t] * kv.token_stride + h * kv.head_stride;
+          kv_row_offset(kv, blocks, slots[t], kv_index[t]) + h * kv.head_stride;
       for (int d = 0; d < kv.head_dim; ++d) {
         const std::int64_t src = static_cast<std::int64_t>(h) * kv.head_dim + d;
         store_from_float(kv.k, kv.dtype, base + d, k[t * k_stride + src]);

@@ -13,6 +13,9 @@
 // tokens whose probability is below min_p * p_max, and the token is
 // argmax(l_i + g_i) over the kept ids with g_i = -log(-log(u_i)),
 //   u_i = ((splitmix64(splitmix64(seed ^ splitmix64(index)) + id) >> 40) + 0.5) * 2^-24.
+// g_i and log(min_p) are computed in double and rounded to float, and the
+// float arithmetic is written without contractible a + b * c, so the GPU
+// sampler (sampling_gpu.h) reproduces the draws bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +63,18 @@ struct SamplingWorkspace {
 
 // The uniform in (0, 1) of (seed, index, id) described above.
 float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
+// g = -log(-log(u)) of that uniform, in double, rounded to float.
+float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id);
+
+// One row of a logits matrix to sample, with the ids its penalties read
+// (spans stay valid for the call).
+struct SampleRequest {
+  int row = 0;  // row of the logits matrix
+  SamplingConfig config;
+  std::span<const std::int32_t> prompt_ids;
+  std::span<const std::int32_t> output_ids;
+  std::span<const std::int32_t> suppressed_ids;
+};
 
 // Samples into `out` using `ws` (no allocation once both are sized).
 void sample(std::span<const float> logits, const SamplingConfig& config,

@@ -36,6 +36,11 @@ float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id)
   return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
 }
 
+float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id) {
+  const double u = sampling_uniform(seed, index, id);
+  return static_cast<float>(-std::log(-std::log(u)));
+}
+
 void sample(std::span<const float> logits, const SamplingConfig& c,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
             std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& r) {
@@ -71,7 +76,10 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
     }
     for (std::int32_t id : ws.touched) {
       const int n = ws.counts[id];
-      if (n > 0) l[id] -= c.presence_penalty + c.frequency_penalty * static_cast<float>(n);
+      if (n > 0) {
+        const float scaled = c.frequency_penalty * static_cast<float>(n);  // not fused: GPU parity
+        l[id] -= c.presence_penalty + scaled;
+      }
     }
   }
   for (std::int32_t id : ws.touched) {
@@ -146,7 +154,7 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
       // p_i >= min_p * p_max  <=>  s_i >= s_max + log(min_p)
       float s_max = -INFINITY;
       for (int i = 0; i < num; ++i) s_max = std::max(s_max, s[order[i]]);
-      const float threshold = s_max + std::log(c.min_p);
+      const float threshold = s_max + static_cast<float>(std::log(static_cast<double>(c.min_p)));
       int kept = 0;
       for (int i = 0; i < num; ++i) {
         if (s[order[i]] >= threshold) order[kept++] = order[i];
@@ -158,7 +166,7 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
   std::int32_t best_id = -1;
   for (int i = 0; i < num; ++i) {
     const std::int32_t id = order[i];
-    const float g = s[id] - std::log(-std::log(sampling_uniform(c.seed, c.index, id)));
+    const float g = s[id] + sampling_gumbel(c.seed, c.index, id);
     if (best_id < 0 || g > best || (g == best && id < best_id)) {
       best = g;
       best_id = id;
