@@ -93,6 +93,7 @@ struct Args {
   int sweep = 200;
   std::uint64_t seed = 2026;
   bool named = true;
+  bool strict_prefill_limit = false;
   int min_iters = 10;
   int max_iters = 100;
   double target_ms = 150.0;
@@ -230,6 +231,7 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   options.virtual_decode = args.virtual_decode;
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
+  options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
   VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
   VPOD_ASSIGN_OR_RETURN(AttentionPlan serial_plan,
                         AttentionPlan::create(batch, dims, {b.device.num_sms, 0, 0}));
@@ -341,7 +343,6 @@ int run(const Args& args) {
   for (const PodCase& c : cases) {
     if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
     if (!benches.count(c.kv_heads)) {
-      benches.clear();  // one cache at a time
       auto b = Bench::create({c.q_heads, c.kv_heads, 128, *dtype}, stream->get());
       if (!b.ok()) {
         fmt::print(stderr, "vpod bench pod: {}\n", b.status().to_string());
@@ -362,9 +363,10 @@ int run(const Args& args) {
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   fmt::print(
-      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}\n", date, prop.name,
+      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}{}\n", date, prop.name,
       dtype_name(*dtype), args.ratio,
-      args.virtual_decode == 0 ? std::string("planner") : std::to_string(args.virtual_decode));
+      args.virtual_decode == 0 ? std::string("planner") : std::to_string(args.virtual_decode),
+      args.strict_prefill_limit ? ", strict prefill limit (2 x SMs)" : "");
   fmt::print("{:<34} {:>9} {:>9} {:>8} {:>9} {:>8}  {:<26} {}\n", "case", "POD ms", "serial ms",
              "speedup", "bound ms", "POD/bnd", "plan (splits p/d, CTAs p+d)", "check");
   bool all_valid = true;
@@ -411,6 +413,7 @@ int run(const Args& args) {
     out["dtype"] = std::string(dtype_name(*dtype));
     out["head_dim"] = 128;
     out["ratio"] = args.ratio;
+    out["strict_prefill_limit"] = args.strict_prefill_limit;
     out["virtual_decode"] = args.virtual_decode;
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
@@ -439,6 +442,7 @@ int run(const Args& args) {
                                 {"decode_ctas", r.config.decode_ctas},
                                 {"ctas_per_sm", r.config.ctas_per_sm},
                                 {"estimate_us", r.config.estimate_us},
+                                {"prefill_beyond_limit", r.config.prefill_beyond_limit},
                                 {"plan", r.config.reason},
                                 {"serial_prefill_items", r.serial_prefill_items},
                                 {"serial_decode_items", r.serial_decode_items}});
@@ -469,6 +473,8 @@ void add_pod_bench(CLI::App& bench) {
   cmd->add_option("--sweep", args->sweep, "random sweep cases (0: none)")->capture_default_str();
   cmd->add_option("--seed", args->seed, "sweep seed")->capture_default_str();
   cmd->add_flag("!--no-named", args->named, "skip the four named cases");
+  cmd->add_flag("--strict-prefill-limit", args->strict_prefill_limit,
+                "never split prefill beyond 2 x SMs CTAs (the paper's rule as is)");
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {

@@ -87,6 +87,17 @@ void expect_covers(const HybridBatch& batch, const AttentionDims& dims, const Po
   EXPECT_EQ(cfg.grid, cfg.prefill_ctas + cfg.decode_ctas);
 }
 
+// Split prefill CTAs stay within `limit` unless the estimate gains >= 5%.
+void expect_prefill_limit(const PodConfig& cfg, int limit) {
+  if (cfg.prefill_splits > 1 && cfg.prefill_ctas > limit) {
+    EXPECT_TRUE(cfg.prefill_beyond_limit) << cfg.reason;
+    EXPECT_LE(cfg.estimate_us, 0.95 * cfg.estimate_within_limit_us) << cfg.reason;
+  }
+  if (!cfg.prefill_beyond_limit) {
+    EXPECT_EQ(cfg.estimate_us, cfg.estimate_within_limit_us);
+  }
+}
+
 // The four hybrid cases of docs/gpu.md (Llama-3-8B heads).
 struct Named {
   const char* name;
@@ -114,9 +125,7 @@ TEST(PodPlanTest, NamedCasesStayWithinTheLimits) {
     expect_covers(batch, dims, *plan);
     const int base_prefill = ceil_div(n.chunk, kPrefillBlockM) * dims.num_q_heads;
     // Prefill splits only while the prefill CTAs stay within 2 x SMs.
-    if (cfg.prefill_splits > 1) {
-      EXPECT_LE(cfg.prefill_ctas, 2 * 132) << n.name;
-    }
+    expect_prefill_limit(cfg, 2 * 132);
     if (base_prefill >= 2 * 132) {
       EXPECT_EQ(cfg.prefill_splits, 1) << n.name;
     }
@@ -184,10 +193,31 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
       EXPECT_EQ(cfg.virtual_decode, o.virtual_decode);
     }
     EXPECT_LE(cfg.prefill_splits, 8);
+    if (o.device.num_sms == 132) {
+      expect_prefill_limit(cfg, 2 * 132);
+    }
     EXPECT_LE(cfg.decode_splits, 16);
   }
   std::printf("[pod plan] slowest plan of 300 random batches: %.2f ms\n", worst_ms);
   EXPECT_LT(worst_ms, 50.0);  // once per step, on the CPU
+}
+
+// A short chunk on a long context (measured 1.34x slower fused than serial
+// when held to the limit on the H200): few, very long prefill CTAs.
+TEST(PodPlanTest, ShortChunkOnLongContextSplitsBeyondTheLimit) {
+  const AttentionDims dims{32, 4, 128, DType::f16};
+  const HybridBatch batch = make_batch({{17740 - 633, 633}}, std::vector<int>(37, 4572));
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();
+  std::printf("[pod plan] 633 @17740 + 37 @4572: %s\n", plan.config().reason.c_str());
+  EXPECT_TRUE(plan.config().prefill_beyond_limit);
+  EXPECT_GT(plan.config().prefill_ctas, 2 * 132);
+  expect_prefill_limit(plan.config(), 2 * 132);
+  expect_covers(batch, dims, plan);
+  // With the limit raised, the same choice is within it.
+  PodOptions wide = pod_options();
+  wide.max_prefill_ctas = 100000;
+  auto p2 = PodPlan::create(batch, dims, wide).value();
+  EXPECT_FALSE(p2.config().prefill_beyond_limit);
 }
 
 TEST(PodPlanTest, ZeroTileCases) {

@@ -62,8 +62,11 @@ struct PodOptions {
   int virtual_decode = 0;  // 1 or 2
   int prefill_splits = 0;  // KV splits per prefill tile
   int decode_splits = 0;   // KV splits of the longest decode
-  // Upper bound of prefill CTAs the planner splits up to (0: 2 x num_sms).
+  // Prefill CTAs the planner splits up to (0: 2 x num_sms); it goes beyond
+  // (up to 8 splits) only for an estimated gain of >= 5%.
   int max_prefill_ctas = 0;
+  // false: never beyond max_prefill_ctas (the paper's rule as is).
+  bool allow_beyond_prefill_limit = true;
 };
 
 // What the planner chose for one step, and why.
@@ -79,6 +82,10 @@ struct PodConfig {
   int decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
   int grid = 0;            // prefill_ctas + decode_ctas: CTAs of the one launch
   double estimate_us = 0;  // the planner's makespan estimate (H200 calibration)
+  // Prefill split beyond max_prefill_ctas because the estimate gained >= 5%
+  // over the best plan within it (estimate_within_limit_us).
+  bool prefill_beyond_limit = false;
+  double estimate_within_limit_us = 0;
   std::string reason;
 };
 
