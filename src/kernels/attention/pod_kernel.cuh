@@ -5,8 +5,9 @@
 //   1. thread 0 reads %smid and draws a ticket from that SM's counter (an SM
 //      id beyond the table, which is sized from %nsmid, uses a shared one);
 //   2. the ticket picks the kind: proportional to the prefill and decode CTA
-//      counts (ticket t is prefill when floor((t+1) P / N) > floor(t P / N)),
-//      or alternating (50:50); a kind with no CTAs is never picked;
+//      counts (ticket t is prefill when ceil((t+1) P / N) > ceil(t P / N),
+//      N = P + D: ticket 0 of every SM is prefill), or alternating (50:50);
+//      a kind with no CTAs is never picked;
 //   3. it takes the next tile of that kind from the kind's counter, and the
 //      other kind's when that one is exhausted. The grid has exactly P + D
 //      CTAs, so every CTA gets exactly one unit and every unit runs once: if
@@ -56,9 +57,12 @@ __device__ __forceinline__ int ticket_kind(unsigned ticket, int prefill, int dec
   if (prefill == 0) return 1;
   if (decode == 0) return 0;
   if (even) return static_cast<int>(ticket & 1u);  // prefill first
+  // Ticket t is prefill when ceil((t+1) P / N) > ceil(t P / N): P of every N
+  // tickets, spread evenly, ticket 0 prefill (the long prefill CTAs start first).
   const unsigned long long total = static_cast<unsigned long long>(prefill) + decode;
   const unsigned long long t = ticket;
-  const bool prefill_turn = ((t + 1) * prefill) / total > (t * prefill) / total;
+  const bool prefill_turn =
+      ((t + 1) * prefill + total - 1) / total > (t * prefill + total - 1) / total;
   return prefill_turn ? 0 : 1;
 }
 
