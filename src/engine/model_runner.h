@@ -13,6 +13,7 @@
 #include "common/kv_view.h"
 #include "engine/model_executor.h"
 #include "kernels/sampling/sampling.h"
+#include "kvcache/paged_kv_cache.h"
 #include "model/model.h"
 
 namespace vpod::engine {
@@ -21,6 +22,9 @@ class ModelRunner final : public ModelExecutor {
  public:
   // `kv_views`: one per layer, from the KV cache the scheduler allocates in.
   ModelRunner(model::Model& model, std::vector<KvLayerView> kv_views);
+  // Over the paged baseline cache (`--kv-cache paged`): each step first
+  // copies the block tables the scheduler's prepare() changed to the device.
+  ModelRunner(model::Model& model, kvcache::PagedKvCache& paged_cache);
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out) override;
@@ -28,6 +32,8 @@ class ModelRunner final : public ModelExecutor {
  private:
   model::Model& model_;
   std::vector<KvLayerView> kv_views_;
+  kvcache::PagedKvCache* paged_cache_ = nullptr;  // set: forward through block tables
+  std::vector<kvcache::PagedKvLayerView> paged_views_;
   std::vector<kernels::SampleRequest> requests_;  // reused every step
   std::vector<kernels::SampleResult> results_;
 };
