@@ -11,9 +11,10 @@
 // Output lengths are exact (ignore_eos + max_tokens, greedy sampling); a
 // request that ends otherwise fails the run.
 //
-// Modes the model runtime does not have yet (--kv-cache paged, --attention
-// pod) are refused with the reason, as `vpod serve` refuses them: no number
-// is reported for a mode that did not run.
+// A mode the backend does not have (--attention pod on the CPU, --kv-cache
+// paged where the backend has no paged attention for the head size) is
+// refused with the reason, as `vpod serve` refuses it: no number is
+// reported for a mode that did not run.
 #include <chrono>
 #include <cmath>
 #include <condition_variable>

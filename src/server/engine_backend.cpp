@@ -14,6 +14,7 @@
 #include "kvcache/cuda_vmm.h"
 #include "kvcache/host_vmm.h"
 #include "kvcache/kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -30,6 +31,8 @@ constexpr std::size_t kHostKvPageBytes = std::size_t{64} << 10;
 // least one request of --max-model-len, at most kCpuKvMaxBytes.
 constexpr std::int64_t kCpuKvTokensPerSeq = 2048;
 constexpr std::size_t kCpuKvMaxBytes = std::size_t{8} << 30;
+// The paged baseline's block size (vLLM's default).
+constexpr int kPagedBlockTokens = 16;
 // How far the background mapper maps ahead of each step's needs.
 constexpr std::int64_t kKvLookaheadTokens = 16;
 
@@ -60,7 +63,8 @@ struct EngineBackend::Stack {
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
   std::unique_ptr<model::Backend> backend;
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<kvcache::KvCache> cache;
+  std::unique_ptr<kvcache::KvCache> cache;             // --kv-cache vattn
+  std::unique_ptr<kvcache::PagedKvCache> paged_cache;  // --kv-cache paged
   std::unique_ptr<engine::KvStoreCapacity> capacity;
   std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<engine::TokenizerDecoderFactory> decoders;
@@ -68,23 +72,9 @@ struct EngineBackend::Stack {
 };
 
 Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOptions& o) {
-  if (o.kv_cache != "vattn") {
-    return unimplemented(fmt::format(
-        "--kv-cache {}: only vattn is wired into the model runtime (the paged baseline cache "
-        "exists in src/kvcache, but the model's attention does not read block tables yet)",
-        o.kv_cache));
-  }
-  model::AttentionImpl attention;
-  if (o.attention == "serial") {
-    attention = model::AttentionImpl::kernels;
-  } else if (o.attention == "simple") {
-    attention = model::AttentionImpl::simple;
-  } else if (o.attention == "pod") {
-    return unimplemented(
-        "--attention pod: the fused POD kernel is not wired into the model runtime yet; use "
-        "serial (prefill and decode kernels one after the other)");
-  } else {
-    return invalid_argument("--attention must be serial, simple or pod, got '" + o.attention + "'");
+  const bool paged = o.kv_cache == "paged";
+  if (!paged && o.kv_cache != "vattn") {
+    return invalid_argument("--kv-cache must be vattn or paged, got '" + o.kv_cache + "'");
   }
   VPOD_ASSIGN_OR_RETURN(const kvcache::KvLayout layout, kvcache::parse_kv_layout(o.kv_layout));
   if (o.max_num_seqs < 1 || o.max_num_batched_tokens < 1) {
@@ -112,13 +102,23 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
 
   if (choice.device == Device::cuda) {
     model::CudaBackendOptions options;
-    options.attention = attention;
+    VPOD_RETURN_IF_ERROR(model::apply_attention_flag(o.attention, &options));
     options.dtype = config.dtype;
     if (!o.dtype.empty()) {
       VPOD_ASSIGN_OR_RETURN(options.dtype, parse_dtype(o.dtype));
     }
     VPOD_ASSIGN_OR_RETURN(s->backend, model::make_cuda_backend(options));
   } else {
+    // The CPU backend runs one exact attention for every batch: there is no
+    // fused kernel to choose.
+    if (o.attention == "pod") {
+      return unimplemented(
+          "--attention pod needs the CUDA backend (the CPU backend has one exact attention)");
+    }
+    if (o.attention != "serial" && o.attention != "simple") {
+      return invalid_argument("--attention must be serial, simple or pod, got '" + o.attention +
+                              "'");
+    }
     s->backend = model::make_cpu_backend(o.cpu_threads);
   }
   VPOD_ASSIGN_OR_RETURN(s->model, model::Model::load(o.model_dir, *s->backend,
@@ -131,9 +131,14 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                .dtype = s->model->kv_dtype()};
   const std::size_t token_bytes = shape.bytes_per_token();
 
-  // The KV budget, and the VMM provider whose pages back it.
+  if (paged && !s->backend->supports_paged_kv(mc.head_dim)) {
+    return unimplemented(
+        fmt::format("--kv-cache paged: the {} backend has no paged attention for head_dim {}",
+                    device_name(choice.device), mc.head_dim));
+  }
+
+  // The KV budget.
   std::size_t kv_bytes = o.kv_cache_memory_bytes;
-  std::shared_ptr<kvcache::VmmProvider> provider;
   std::string budget_note;
   if (choice.device == Device::cuda) {
     if (kv_bytes == 0) {
@@ -147,35 +152,57 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
       kv_bytes = plan.kv_bytes;
       budget_note = plan.to_string();
     }
-    VPOD_ASSIGN_OR_RETURN(auto cuda_provider, kvcache::CudaVmmProvider::create(0));
-    provider = std::move(cuda_provider);
-  } else {
-    if (kv_bytes == 0) {
-      const std::int64_t tokens = std::max<std::int64_t>(
-          max_model_len, static_cast<std::int64_t>(o.max_num_seqs) * kCpuKvTokensPerSeq);
-      kv_bytes = std::min(kCpuKvMaxBytes, static_cast<std::size_t>(tokens) * token_bytes);
-      kv_bytes = std::max(kv_bytes, static_cast<std::size_t>(max_model_len) * token_bytes);
-    }
-    VPOD_ASSIGN_OR_RETURN(auto host_provider, kvcache::HostVmmProvider::create(kHostKvPageBytes));
-    provider = std::move(host_provider);
+  } else if (kv_bytes == 0) {
+    const std::int64_t tokens = std::max<std::int64_t>(
+        max_model_len, static_cast<std::int64_t>(o.max_num_seqs) * kCpuKvTokensPerSeq);
+    kv_bytes = std::min(kCpuKvMaxBytes, static_cast<std::size_t>(tokens) * token_bytes);
+    kv_bytes = std::max(kv_bytes, static_cast<std::size_t>(max_model_len) * token_bytes);
   }
-  VPOD_ASSIGN_OR_RETURN(s->cache,
-                        kvcache::KvCache::create({.shape = shape,
-                                                  .layout = layout,
-                                                  .max_slots = o.max_num_seqs,
-                                                  .max_ctx = max_model_len,
-                                                  .memory_bytes = kv_bytes,
-                                                  .growth = kvcache::GrowthMode::background,
-                                                  .lookahead_tokens = kKvLookaheadTokens},
-                                                 provider));
-  // The model runner waits on the host for each step's sampled tokens, so the
-  // step's kernels are done before the engine releases a slot: no stream to
-  // fence on.
-  s->capacity = std::make_unique<engine::KvStoreCapacity>(
-      *s->cache, engine::vattn_geometry(*s->cache), /*last_reader=*/nullptr);
-  std::vector<KvLayerView> views;
-  for (int l = 0; l < mc.num_layers; ++l) views.push_back(s->cache->layer_view(l));
-  s->runner = std::make_unique<engine::ModelRunner>(*s->model, std::move(views));
+
+  // The cache, the scheduler's view of its capacity, and the runner that
+  // hands the model its views. The model runner waits on the host for each
+  // step's sampled tokens, so the step's kernels are done before the engine
+  // releases a slot: no stream to fence on.
+  std::string cache_note;
+  if (paged) {
+    VPOD_ASSIGN_OR_RETURN(s->paged_cache,
+                          kvcache::PagedKvCache::create({.shape = shape,
+                                                         .block_size = kPagedBlockTokens,
+                                                         .max_slots = o.max_num_seqs,
+                                                         .max_ctx = max_model_len,
+                                                         .memory_bytes = kv_bytes,
+                                                         .device = choice.device}));
+    s->capacity = std::make_unique<engine::KvStoreCapacity>(
+        *s->paged_cache, engine::paged_geometry(*s->paged_cache), /*last_reader=*/nullptr);
+    s->runner = std::make_unique<engine::ModelRunner>(*s->model, *s->paged_cache);
+    cache_note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
+                             s->paged_cache->capacity_tokens());
+  } else {
+    std::shared_ptr<kvcache::VmmProvider> provider;
+    if (choice.device == Device::cuda) {
+      VPOD_ASSIGN_OR_RETURN(auto cuda_provider, kvcache::CudaVmmProvider::create(0));
+      provider = std::move(cuda_provider);
+    } else {
+      VPOD_ASSIGN_OR_RETURN(auto host_provider, kvcache::HostVmmProvider::create(kHostKvPageBytes));
+      provider = std::move(host_provider);
+    }
+    VPOD_ASSIGN_OR_RETURN(s->cache,
+                          kvcache::KvCache::create({.shape = shape,
+                                                    .layout = layout,
+                                                    .max_slots = o.max_num_seqs,
+                                                    .max_ctx = max_model_len,
+                                                    .memory_bytes = kv_bytes,
+                                                    .growth = kvcache::GrowthMode::background,
+                                                    .lookahead_tokens = kKvLookaheadTokens},
+                                                   provider));
+    s->capacity = std::make_unique<engine::KvStoreCapacity>(
+        *s->cache, engine::vattn_geometry(*s->cache), /*last_reader=*/nullptr);
+    std::vector<KvLayerView> views;
+    for (int l = 0; l < mc.num_layers; ++l) views.push_back(s->cache->layer_view(l));
+    s->runner = std::make_unique<engine::ModelRunner>(*s->model, std::move(views));
+    cache_note = fmt::format("vattn {}, {} tokens", kvcache::kv_layout_name(layout),
+                             s->cache->capacity_tokens());
+  }
   s->decoders = std::make_unique<engine::TokenizerDecoderFactory>(*s->tokenizer);
 
   engine::EngineConfig ec;
@@ -197,12 +224,11 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
   s->card.created = static_cast<std::int64_t>(std::time(nullptr));
   s->card.max_model_len = max_model_len;
   s->card.vocab_size = mc.vocab_size;
-  s->summary = fmt::format(
-      "{} ({}); {} layers, {} of weights; KV cache {} ({}, {} tokens, {} slots x {} tokens){}{}",
-      device_name(choice.device), s->backend->description(), mc.num_layers,
-      format_gib(s->model->weight_bytes()), format_gib(kv_bytes), kvcache::kv_layout_name(layout),
-      s->cache->capacity_tokens(), o.max_num_seqs, max_model_len, budget_note.empty() ? "" : "; ",
-      budget_note);
+  s->summary =
+      fmt::format("{} ({}); {} layers, {} of weights; KV cache {} ({}, {} slots x {} tokens){}{}",
+                  device_name(choice.device), s->backend->description(), mc.num_layers,
+                  format_gib(s->model->weight_bytes()), format_gib(kv_bytes), cache_note,
+                  o.max_num_seqs, max_model_len, budget_note.empty() ? "" : "; ", budget_note);
   return std::unique_ptr<EngineBackend>(new EngineBackend(std::move(s)));
 }
 

@@ -4,10 +4,11 @@
 // its flags.
 //
 // Assembly (load()):
-//   backend (cpu | cuda) -> Model::load -> KV budget (GPU: measured free
-//   memory x --gpu-memory-utilization; CPU: --kv-cache-memory or a default)
-//   -> KvCache over the host or CUDA VMM provider -> KvStoreCapacity,
-//   ModelRunner, TokenizerDecoderFactory -> Engine (started).
+//   backend (cpu | cuda, --attention serial | simple | pod) -> Model::load
+//   -> KV budget (GPU: measured free memory x --gpu-memory-utilization; CPU:
+//   --kv-cache-memory or a default) -> the cache: vAttention KvCache over the
+//   host or CUDA VMM provider, or the paged baseline (--kv-cache paged) ->
+//   KvStoreCapacity, ModelRunner, TokenizerDecoderFactory -> Engine (started).
 // Destruction stops the engine first (unfinished requests end with "abort").
 #pragma once
 
@@ -33,7 +34,7 @@ struct EngineBackendOptions {
   std::size_t kv_cache_memory_bytes = 0;  // 0: from the GPU budget, or the CPU default
   std::string kv_cache = "vattn";         // vattn | paged
   std::string kv_layout = "all-layers";   // all-layers | per-layer
-  std::string attention = "serial";       // serial | simple | pod
+  std::string attention = "serial";       // serial | simple | pod (pod: CUDA only)
   int cpu_threads = 0;                    // CPU backend threads; 0: all cores
   std::uint64_t seed = 0;                 // seeds requests that bring none
 };
