@@ -116,6 +116,9 @@ class GpuAttention {
       table_ = cuda::DeviceBuffer::allocate(host.block_table.size() * 4).value();
       table_.copy_from_host(host.block_table.data(), host.block_table.size() * 4);
     }
+    // copy_from_host runs on the legacy stream and may return before a
+    // pageable copy's DMA lands; stream_ is non-blocking, so wait here.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
 
   // append_kv, prefill, decode for one step (optionally captured in a CUDA
@@ -159,13 +162,19 @@ class GpuAttention {
         EXPECT_TRUE(decode(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
       }
     };
+    // Every step runs twice with `out` poisoned again in between (appends are
+    // idempotent): the second run must write every row, so the decode split
+    // counters must have reset themselves.
     if (use_graph) {
       auto capture = cuda::GraphCapture::begin(stream_.get()).value();
       launch_all();
       cuda::GraphExec exec = capture.finish().value();
       exec.launch(stream_.get());
+      out.fill_bytes(0xff, stream_.get());
       exec.launch(stream_.get());  // replays are idempotent: same appends, same outputs
     } else {
+      launch_all();
+      out.fill_bytes(0xff, stream_.get());
       launch_all();
     }
     EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
@@ -198,6 +207,7 @@ class GpuAttention {
     cuda::DeviceBuffer b =
         cuda::DeviceBuffer::allocate(std::max<std::size_t>(host.size() * 2, 16)).value();
     b.copy_from_host(host.data(), host.size() * 2);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // see the constructor
     return b;
   }
 

@@ -129,8 +129,19 @@ void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batc
       expected_begin = item->kv_end;
       if (items.size() > 1) {
         EXPECT_TRUE(partial_rows_used.insert(item->partial_row).second);
+        // The split names its combine (the fused merge in the decode kernel
+        // finds its group's rows through it).
+        ASSERT_GE(item->combine, 0);
+        ASSERT_LT(item->combine, static_cast<int>(plan.decode_combines().size()));
+        const CombineItem& c = plan.decode_combines()[item->combine];
+        EXPECT_EQ(c.token, batch.decodes[i].token_offset);
+        EXPECT_EQ(c.num_splits, static_cast<int>(items.size()));
+        EXPECT_EQ(c.partial_row +
+                      (item->kv_begin / (items[0]->kv_end - items[0]->kv_begin)) * c.partial_stride,
+                  item->partial_row);
       } else {
         EXPECT_EQ(item->partial_row, -1);
+        EXPECT_EQ(item->combine, -1);
       }
     }
     EXPECT_EQ(expected_begin, batch.decodes[i].context_len());
@@ -142,6 +153,8 @@ void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batc
   }
   EXPECT_EQ(static_cast<int>(partial_rows_used.size()), plan.partial_rows());
   EXPECT_EQ(plan.workspace_bytes() > 0, plan.partial_rows() > 0 || heads == 0);
+  EXPECT_EQ(plan.decode_counter_count(),
+            plan.decode_combines().size() * plan.dims().num_kv_heads * plan.decode_head_chunks());
 }
 
 TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {

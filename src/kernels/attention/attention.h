@@ -84,7 +84,7 @@ struct PlanOptions {
 struct AttentionBuffers {
   void* metadata = nullptr;  // the plan's work lists, written by AttentionPlan::upload
   std::size_t metadata_bytes = 0;
-  void* workspace = nullptr;  // fp32 partial outputs of KV splits
+  void* workspace = nullptr;  // fp32 partial outputs of KV splits, decode split counters
   std::size_t workspace_bytes = 0;
 };
 
@@ -107,7 +107,8 @@ class AttentionPlan {
   std::size_t metadata_bytes() const { return metadata_.size(); }
   std::size_t workspace_bytes() const;
   // Copies the work lists into buffers.metadata on `stream` (asynchronously;
-  // the plan must stay alive until the copy has run). Once per step.
+  // the plan must stay alive until the copy has run) and zeroes the decode
+  // split counters in buffers.workspace. Once per step.
   Status upload(const AttentionBuffers& buffers, cudaStream_t stream) const;
 
   // The plan's content, for launchers, tests and the benchmark.
@@ -117,6 +118,9 @@ class AttentionPlan {
   const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }
   int partial_rows() const { return partial_rows_; }
   int decode_head_chunks() const;
+  // Arrival counters of the decode splits in the workspace (one per combine,
+  // KV head and head chunk); upload() zeroes them.
+  std::size_t decode_counter_count() const;
   // Device pointers into `buffers` for the kernels' parameters.
   PlanPointers pointers(const AttentionBuffers& buffers) const;
 

@@ -2,12 +2,16 @@
 // launch functions, instantiated per element type in prefill_*.cu / decode_*.cu.
 #pragma once
 
+#include <cstdlib>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/decode_tile.cuh"
 #include "kernels/attention/prefill_tile.cuh"
+#include "kernels/attention/prefill_wgmma.cuh"
 
 // Turns a runtime head_dim into the constexpr `kName` for the body; an
 // unsupported value returns `unimplemented` (validate_dims rejects it first).
@@ -36,19 +40,139 @@ __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
                                 static_cast<int>(blockIdx.x), smem, static_cast<int>(threadIdx.x));
 }
 
+// The split-KV merge folded into the decode kernel: every split CTA of a
+// (decode, KV head, head chunk) group counts itself in after writing its
+// partial rows; the last one merges the group's rows by their log-sum-exp
+// (the combine kernel's arithmetic, splits in order) and resets the counter,
+// so the next launch or graph replay starts from zero again.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, int combine,
+                                                    int kv_head, int head_chunk, int tid) {
+  using E = ElementTraits<T>;
+  __shared__ int is_last;
+  __threadfence();  // this CTA's partial rows are visible device-wide before it counts
+  __syncthreads();
+  const CombineItem c = p.plan.decode_combines[combine];
+  if (tid == 0) {
+    int* counter =
+        p.plan.decode_counters +
+        (static_cast<std::int64_t>(combine) * p.num_kv_heads + kv_head) * p.decode_head_chunks +
+        head_chunk;
+    const int arrived = atomicAdd(counter, 1);
+    is_last = arrived == c.num_splits - 1;
+    if (is_last) *counter = 0;  // every split of this launch has counted
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();                                                 // see the other splits' rows
+  constexpr int kThreadsPerRow = kAttentionThreads / kDecodeRows;  // 8
+  constexpr int kCols = kHeadDim / kThreadsPerRow;                 // 16 or 8
+  const int row = tid / kThreadsPerRow;
+  const int rows = min(kDecodeRows, p.group_size - head_chunk * kDecodeRows);
+  if (row >= rows) return;
+  const int head = kv_head * p.group_size + head_chunk * kDecodeRows + row;
+  const int col0 = (tid % kThreadsPerRow) * kCols;
+  float overall_max = -INFINITY;
+  for (int s = 0; s < c.num_splits; ++s) {
+    const std::int64_t prow =
+        static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * p.num_q_heads + head;
+    overall_max = fmaxf(overall_max, __ldcg(p.plan.partial_lse + prow));
+  }
+  const float base = overall_max == -INFINITY ? 0.f : overall_max;
+  float acc[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
+  float total = 0.f;
+  for (int s = 0; s < c.num_splits; ++s) {
+    const std::int64_t prow =
+        static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * p.num_q_heads + head;
+    const float w = exp2_approx(__ldcg(p.plan.partial_lse + prow) - base);
+    total += w;
+    const float4* src = reinterpret_cast<const float4*>(p.plan.partial_o + prow * kHeadDim + col0);
+#pragma unroll
+    for (int i = 0; i < kCols / 4; ++i) {
+      const float4 v = __ldcg(src + i);
+      acc[4 * i] += w * v.x;
+      acc[4 * i + 1] += w * v.y;
+      acc[4 * i + 2] += w * v.z;
+      acc[4 * i + 3] += w * v.w;
+    }
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* dst = static_cast<T*>(p.out) + static_cast<std::int64_t>(c.token) * p.out_token_stride +
+           static_cast<std::int64_t>(head) * kHeadDim + col0;
+#pragma unroll
+  for (int i = 0; i < kCols; i += 8) {
+    uint4 packed;
+    packed.x = E::pack(acc[i] * inv, acc[i + 1] * inv);
+    packed.y = E::pack(acc[i + 2] * inv, acc[i + 3] * inv);
+    packed.z = E::pack(acc[i + 4] * inv, acc[i + 5] * inv);
+    packed.w = E::pack(acc[i + 6] * inv, acc[i + 7] * inv);
+    *reinterpret_cast<uint4*>(dst + i) = packed;
+  }
+}
+
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kAttentionThreads, kDecodeCtasPerSm)
     decode_kernel(const __grid_constant__ AttentionParams params) {
   extern __shared__ __align__(128) char smem[];
   const int chunk = static_cast<int>(blockIdx.x) % params.decode_head_chunks;
   const int kv_head = static_cast<int>(blockIdx.x) / params.decode_head_chunks;
-  DecodeTile<T, kHeadDim>::run(params, params.plan.decode_items[blockIdx.y], kv_head, chunk, smem,
-                               static_cast<int>(threadIdx.x));
+  const DecodeWorkItem item = params.plan.decode_items[blockIdx.y];
+  DecodeTile<T, kHeadDim>::run(params, item, kv_head, chunk, smem, static_cast<int>(threadIdx.x));
+  if (params.plan.decode_counters != nullptr && item.combine >= 0) {
+    merge_decode_splits<T, kHeadDim>(params, item.combine, kv_head, chunk,
+                                     static_cast<int>(threadIdx.x));
+  }
+}
+
+inline bool env_is(const char* name, std::string_view value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string_view(env) == value;
+}
+
+// Whether prefill runs on the wgmma kernel: the device executes its sm_90a
+// code (binary and PTX version 9.0; anything else would trap) and
+// VPOD_ATTENTION_PREFILL is not "mma" (the mma.sync kernel, for comparison).
+template <typename T, int kHeadDim>
+bool use_wgmma_prefill() {
+  static const bool use = [] {
+    if (env_is("VPOD_ATTENTION_PREFILL", "mma")) return false;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90 && attr.ptxVersion == 90;
+  }();
+  return use;
+}
+
+// V's descriptor strides; VPOD_ATTENTION_WGMMA_VSWAP=1 swaps them (experiment).
+inline WgmmaKnobs wgmma_knobs() {
+  static const WgmmaKnobs knobs = [] {
+    WgmmaKnobs k;
+    if (env_is("VPOD_ATTENTION_WGMMA_VSWAP", "1")) std::swap(k.v_lbo, k.v_sbo);
+    return k;
+  }();
+  return knobs;
 }
 
 template <typename T>
 Status launch_prefill_typed(const AttentionParams& params, int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
+    if (use_wgmma_prefill<T, kHeadDim>()) {
+      constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
+      auto* kernel = prefill_wgmma_kernel<T, kHeadDim>;
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+          StatusCode::internal);
+      const dim3 grid(static_cast<unsigned>(params.num_q_heads),
+                      static_cast<unsigned>(params.num_prefill_items));
+      kernel<<<grid, kAttentionThreads, kSmem, stream>>>(params, wgmma_knobs());
+      VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
+      return Status();
+    }
     constexpr int kSmem = PrefillTile<T, kHeadDim>::kSmemBytes;
     auto* kernel = prefill_kernel<T, kHeadDim>;
     VPOD_CUDA_RETURN_IF_ERROR(
@@ -82,7 +206,16 @@ template <typename T>
 Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    if (kind == detail::KernelKind::prefill) {
+    if (kind == detail::KernelKind::prefill && use_wgmma_prefill<T, kHeadDim>()) {
+      constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
+      auto* kernel = prefill_wgmma_kernel<T, kHeadDim>;
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+          StatusCode::internal);
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, kSmem),
+          StatusCode::internal);
+    } else if (kind == detail::KernelKind::prefill) {
       constexpr int kSmem = PrefillTile<T, kHeadDim>::kSmemBytes;
       auto* kernel = prefill_kernel<T, kHeadDim>;
       VPOD_CUDA_RETURN_IF_ERROR(

@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_kernels.h"
@@ -132,11 +134,19 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
                   const TensorView& out, float softmax_scale, const KvAddressing& kv,
                   cudaStream_t stream) {
   if (plan.decode_items().empty()) return Status();
-  const AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
+  AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   const AttentionDims& dims = plan.dims();
+  // The decode kernel merges its own splits (decode_counters); the separate
+  // combine kernel stays for comparison (VPOD_ATTENTION_DECODE_COMBINE=kernel).
+  static const bool combine_kernel = [] {
+    const char* env = std::getenv("VPOD_ATTENTION_DECODE_COMBINE");
+    return env != nullptr && std::string_view(env) == "kernel";
+  }();
+  if (combine_kernel) p.plan.decode_counters = nullptr;
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_decode_f16(p, dims.head_dim, stream)
                            : detail::launch_decode_bf16(p, dims.head_dim, stream));
+  if (p.plan.decode_counters != nullptr) return Status();
   const CombineParams c =
       make_combine(p, plan, p.plan.decode_combines, plan.decode_combines().size());
   return detail::launch_combine(c, dims.dtype, dims.head_dim, stream);

@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kAppendThreads)
 }
 
 // out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), one warp per head,
-// four columns per lane. All splits -inf (cannot happen for causal rows) gives 0.
+// four columns per lane; grid (items, head groups of four). All splits -inf
+// (cannot happen for causal rows) gives 0.
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const __grid_constant__ CombineParams p) {
@@ -48,7 +49,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const bool active = lane * 4 < p.head_dim;
-  for (int head = warp; head < p.num_q_heads; head += kCombineThreads / 32) {
+  for (int head = static_cast<int>(blockIdx.y) * (kCombineThreads / 32) + warp;
+       head < p.num_q_heads; head += static_cast<int>(gridDim.y) * (kCombineThreads / 32)) {
     float overall_max = -INFINITY;
     for (int s = lane; s < item.num_splits; s += 32) {
       const std::int64_t prow =
@@ -112,11 +114,13 @@ Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cu
     return unimplemented("attention combine supports head_dim <= 128, got " +
                          std::to_string(head_dim));
   }
+  const int warps = device::kCombineThreads / 32;
+  const dim3 grid(static_cast<unsigned>(params.num_items),
+                  static_cast<unsigned>((params.num_q_heads + warps - 1) / warps));
   if (dtype == DType::f16) {
-    device::combine_kernel<half><<<params.num_items, device::kCombineThreads, 0, stream>>>(params);
+    device::combine_kernel<half><<<grid, device::kCombineThreads, 0, stream>>>(params);
   } else if (dtype == DType::bf16) {
-    device::combine_kernel<__nv_bfloat16>
-        <<<params.num_items, device::kCombineThreads, 0, stream>>>(params);
+    device::combine_kernel<__nv_bfloat16><<<grid, device::kCombineThreads, 0, stream>>>(params);
   } else {
     return unimplemented("attention combine supports fp16 and bf16");
   }

@@ -59,6 +59,7 @@ struct DecodeWorkItem {
   std::int32_t kv_begin;
   std::int32_t kv_end;
   std::int32_t partial_row;  // -1: writes `out`; else the partial row of this split
+  std::int32_t combine;      // -1 when unsplit; else the index of its decode combine item
 };
 
 // One output token whose value is merged from KV splits: split s of row r
@@ -99,6 +100,10 @@ struct PlanPointers {
   const TokenSlot* token_slots = nullptr;
   float* partial_o = nullptr;    // [partial_rows, num_q_heads, head_dim]
   float* partial_lse = nullptr;  // [partial_rows, num_q_heads], log2 domain
+  // [decode combines, num_kv_heads, decode_head_chunks] arrival counters of
+  // the decode splits (zeroed by AttentionPlan::upload, reset by the decode
+  // kernel's last split, which merges the group). Null: a combine kernel merges.
+  std::int32_t* decode_counters = nullptr;
 };
 
 // ---------------------------------------------------------------------------

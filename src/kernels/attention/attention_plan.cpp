@@ -304,7 +304,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       const int kv_begin = j * per * kDecodeBlockN;
       VPOD_CHECK(kv_begin < ctx);  // (splits - 1) * per < blocks: no split is empty
       const int kv_end = std::min((j + 1) * per * kDecodeBlockN, ctx);
-      plan.decode_items_.push_back({i, kv_begin, kv_end, splits > 1 ? partial_base + j : -1});
+      plan.decode_items_.push_back(
+          {i, kv_begin, kv_end, splits > 1 ? partial_base + j : -1,
+           splits > 1 ? static_cast<std::int32_t>(plan.decode_combines_.size()) - 1 : -1});
     }
   }
   std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),
@@ -351,9 +353,16 @@ void AttentionPlan::build_metadata() {
   copy(layout_.token_slots, token_slots_);
 }
 
+std::size_t AttentionPlan::decode_counter_count() const {
+  return decode_combines_.size() * static_cast<std::size_t>(dims_.num_kv_heads) *
+         static_cast<std::size_t>(decode_head_chunks());
+}
+
 std::size_t AttentionPlan::workspace_bytes() const {
   const std::size_t rows = static_cast<std::size_t>(partial_rows_) * dims_.num_q_heads;
-  return align_up(rows * dims_.head_dim * sizeof(float), 256) + align_up(rows * sizeof(float), 256);
+  return align_up(rows * dims_.head_dim * sizeof(float), 256) +
+         align_up(rows * sizeof(float), 256) +
+         align_up(decode_counter_count() * sizeof(std::int32_t), 256);
 }
 
 PlanPointers AttentionPlan::pointers(const AttentionBuffers& buffers) const {
@@ -374,6 +383,11 @@ PlanPointers AttentionPlan::pointers(const AttentionBuffers& buffers) const {
     p.partial_o = reinterpret_cast<float*>(ws);
     p.partial_lse =
         reinterpret_cast<float*>(ws + align_up(rows * dims_.head_dim * sizeof(float), 256));
+    if (decode_counter_count() > 0) {
+      p.decode_counters = reinterpret_cast<std::int32_t*>(
+          ws + align_up(rows * dims_.head_dim * sizeof(float), 256) +
+          align_up(rows * sizeof(float), 256));
+    }
   }
   return p;
 }
@@ -385,9 +399,20 @@ Status AttentionPlan::upload(const AttentionBuffers& buffers, cudaStream_t strea
         fmt::format("attention metadata buffer holds {} bytes; the plan needs {}",
                     buffers.metadata == nullptr ? 0 : buffers.metadata_bytes, metadata_.size()));
   }
-  return cuda_status(cudaMemcpyAsync(buffers.metadata, metadata_.data(), metadata_.size(),
-                                     cudaMemcpyHostToDevice, stream),
-                     "cudaMemcpyAsync(attention plan metadata)");
+  VPOD_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(buffers.metadata, metadata_.data(), metadata_.size(),
+                                  cudaMemcpyHostToDevice, stream),
+                  "cudaMemcpyAsync(attention plan metadata)"));
+  if (decode_counter_count() == 0) return Status();
+  // The decode splits' arrival counters start at zero; the kernel resets them.
+  if (buffers.workspace == nullptr || buffers.workspace_bytes < workspace_bytes()) {
+    return invalid_argument(fmt::format("attention workspace holds {} bytes; the plan needs {}",
+                                        buffers.workspace == nullptr ? 0 : buffers.workspace_bytes,
+                                        workspace_bytes()));
+  }
+  return cuda_status(cudaMemsetAsync(pointers(buffers).decode_counters, 0,
+                                     decode_counter_count() * sizeof(std::int32_t), stream),
+                     "cudaMemsetAsync(attention decode counters)");
 }
 
 }  // namespace vpod::attention
