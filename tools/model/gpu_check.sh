@@ -25,8 +25,10 @@ echo "== bench model (llama3-8b, bf16)"
 timeout 150 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --contexts "${CONTEXTS:-1024,8192}" --json "$out/bench_model.json" 2>&1 | tee "$out/bench_model.log"
 echo "== --attention pod (must fail clearly while the POD launcher is not wired)"
 timeout 20 "$vpod" bench model --model /tmp/llama3-8b --attention pod 2>&1 | tail -2
-echo "== bench model, cuBLASLt for every GEMM (--no-gemv), batch 1"
-timeout 60 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --batches 1 --contexts 1024 --prefills "" --no-gemv 2>&1 | grep -A2 "^batch" | tee "$out/bench_model_nogemv.log"
+if [ -n "${NO_GEMV:-}" ]; then
+  echo "== bench model, cuBLASLt for every GEMM (--no-gemv), batch 1"
+  timeout 60 "$vpod" bench model --model /tmp/llama3-8b --iters 5 --batches 1 --contexts 1024 --prefills "" --no-gemv 2>&1 | grep -A2 "^batch" | tee "$out/bench_model_nogemv.log"
+fi
 
 echo "== transformers comparison"
 timeout 120 python3 tools/model/compare_hf.py --vpod "$vpod" --work /tmp/vpod-hf --json "$out/compare_hf.json" 2>&1 | grep -v Loading | tee "$out/compare_hf.log" | tail -40

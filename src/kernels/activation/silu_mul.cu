@@ -1,7 +1,6 @@
 #include "common/cuda_check.h"
 #include "kernels/activation/silu_mul.h"
 #include "kernels/dtype_dispatch.cuh"
-#include "kernels/pdl.cuh"
 
 namespace vpod::kernels {
 
@@ -16,8 +15,6 @@ struct SiluMulParams {
 
 template <typename T>
 __global__ void silu_mul_kernel(const __grid_constant__ SiluMulParams p) {
-  pdl_trigger();
-  pdl_wait();
   const std::int64_t total = static_cast<std::int64_t>(p.rows) * p.inter;
   for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
        idx < total; idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -49,8 +46,7 @@ void silu_mul_gpu(const TensorView& gate_up, const TensorView& out, cudaStream_t
   const std::int64_t blocks =
       std::min<std::int64_t>(kMaxBlocks, (out.numel() + kThreads - 1) / kThreads);
   VPOD_DISPATCH_DTYPE(out.dtype(), T, {
-    VPOD_CUDA_CHECK(
-        launch_pdl(&silu_mul_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream, p));
+    silu_mul_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   });
   VPOD_CUDA_CHECK_LAUNCH();
 }

@@ -1,7 +1,6 @@
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/embedding/embedding.h"
-#include "kernels/pdl.cuh"
 
 namespace vpod::kernels {
 
@@ -17,8 +16,6 @@ struct GatherParams {
 
 template <typename T>
 __global__ void gather_rows_kernel(const __grid_constant__ GatherParams p) {
-  pdl_trigger();
-  pdl_wait();
   const int r = blockIdx.x;
   const std::int32_t src = p.rows[r];
   T* out = static_cast<T*>(p.out) + r * p.out_stride;
@@ -46,9 +43,7 @@ void gather_rows_gpu(const TensorView& table, const std::int32_t* rows, int num_
                  out.stride(0),
                  table.size(0),
                  static_cast<int>(table.size(1))};
-  VPOD_DISPATCH_DTYPE(out.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_pdl(&gather_rows_kernel<T>, num_rows, 256, 0, stream, p));
-  });
+  VPOD_DISPATCH_DTYPE(out.dtype(), T, { gather_rows_kernel<T><<<num_rows, 256, 0, stream>>>(p); });
   VPOD_CUDA_CHECK_LAUNCH();
 }
 

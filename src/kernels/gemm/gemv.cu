@@ -3,7 +3,6 @@
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/gemm/gemv.h"
-#include "kernels/pdl.cuh"
 
 namespace vpod::kernels {
 
@@ -67,13 +66,9 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
 
 template <typename T, int kRows>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
-  pdl_trigger();
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (n >= p.n) {
-    pdl_wait();
-    return;
-  }
+  if (n >= p.n) return;
   const auto* w_row = static_cast<const uint4*>(p.w) + n * (p.w_stride / kElemsPerChunk);
   const int chunks = p.k / kElemsPerChunk;
   float acc[kRows];
@@ -81,18 +76,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
 
   int c = lane;
-  // Main loop: kUnroll loads in flight per lane, then the FMAs. The first
-  // batch of weight loads is issued before waiting for the previous kernel
-  // (weights are constant), so it overlaps that kernel's tail.
-  bool first = true;
+  // Main loop: kUnroll loads in flight per lane, then the FMAs.
   for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
     uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(w_row + c + 32 * u);
-    if (first) {
-      pdl_wait();
-      first = false;
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
@@ -102,7 +90,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
       }
     }
   }
-  if (first) pdl_wait();
   for (; c < chunks; c += 32) {
     const uint4 wv = load_stream(w_row + c);
 #pragma unroll
@@ -178,11 +165,12 @@ void gemv_gpu(const TensorView& x, const TensorView& w, const TensorView* bias,
   const unsigned blocks = static_cast<unsigned>((p.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    auto* kernel = m == 1   ? &gemv_kernel<T, 1>
-                   : m == 2 ? &gemv_kernel<T, 2>
-                   : m == 3 ? &gemv_kernel<T, 3>
-                            : &gemv_kernel<T, 4>;
-    VPOD_CUDA_CHECK(launch_pdl(kernel, blocks, kThreads, 0, stream, p));
+    switch (m) {
+      case 1: gemv_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(p); break;
+      case 2: gemv_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(p); break;
+      case 3: gemv_kernel<T, 3><<<blocks, kThreads, 0, stream>>>(p); break;
+      default: gemv_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(p); break;
+    }
   };
   if (x.dtype() == DType::bf16) {
     launch(__nv_bfloat16{});

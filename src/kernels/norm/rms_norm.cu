@@ -3,7 +3,6 @@
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/norm/rms_norm.h"
-#include "kernels/pdl.cuh"
 
 namespace vpod::kernels {
 
@@ -24,8 +23,6 @@ struct RmsNormParams {
 
 template <typename T, bool kAddResidual>
 __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
-  pdl_trigger();
-  pdl_wait();
   const std::int64_t row = blockIdx.x;
   const T* w = static_cast<const T*>(p.weight);
   T* out = static_cast<T*>(p.out) + row * p.out_stride;
@@ -66,8 +63,6 @@ struct HeadNormParams {
 // One warp per (row, head).
 template <typename T>
 __global__ void head_rms_norm_kernel(const __grid_constant__ HeadNormParams p) {
-  pdl_trigger();
-  pdl_wait();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= p.rows * p.heads) return;
@@ -112,8 +107,7 @@ void rms_norm_gpu(const TensorView& x, const TensorView& weight, float eps, cons
   p.dim = static_cast<int>(x.size(1));
   p.eps = eps;
   VPOD_DISPATCH_DTYPE(x.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_pdl(&rms_norm_kernel<T, false>, static_cast<unsigned>(x.size(0)),
-                               kNormThreads, 0, stream, p));
+    rms_norm_kernel<T, false><<<static_cast<unsigned>(x.size(0)), kNormThreads, 0, stream>>>(p);
   });
   VPOD_CUDA_CHECK_LAUNCH();
 }
@@ -134,8 +128,8 @@ void add_rms_norm_gpu(const TensorView& residual, const TensorView& delta, const
   p.dim = static_cast<int>(residual.size(1));
   p.eps = eps;
   VPOD_DISPATCH_DTYPE(residual.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_pdl(&rms_norm_kernel<T, true>, static_cast<unsigned>(residual.size(0)),
-                               kNormThreads, 0, stream, p));
+    rms_norm_kernel<T, true>
+        <<<static_cast<unsigned>(residual.size(0)), kNormThreads, 0, stream>>>(p);
   });
   VPOD_CUDA_CHECK_LAUNCH();
 }
@@ -159,9 +153,8 @@ void head_rms_norm_gpu(const TensorView& x, const TensorView& weight, float eps,
   constexpr int kThreads = 256;  // 8 warps, one (row, head) each
   const int warps = rows * p.heads;
   const unsigned blocks = static_cast<unsigned>((warps + kThreads / 32 - 1) / (kThreads / 32));
-  VPOD_DISPATCH_DTYPE(x.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_pdl(&head_rms_norm_kernel<T>, blocks, kThreads, 0, stream, p));
-  });
+  VPOD_DISPATCH_DTYPE(x.dtype(), T,
+                      { head_rms_norm_kernel<T><<<blocks, kThreads, 0, stream>>>(p); });
   VPOD_CUDA_CHECK_LAUNCH();
 }
 

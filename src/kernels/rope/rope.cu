@@ -3,7 +3,6 @@
 // attention kernels that read the step's k directly).
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
-#include "kernels/pdl.cuh"
 #include "kernels/rope/rope.h"
 
 namespace vpod::kernels {
@@ -29,8 +28,6 @@ struct RopeKernelParams {
 
 template <typename T>
 __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p) {
-  pdl_trigger();
-  pdl_wait();
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
   const float pos = static_cast<float>(p.positions[t]);
@@ -127,9 +124,8 @@ void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
   p.kv_heads = a.kv.num_kv_heads;
   p.head_dim = a.kv.head_dim;
   constexpr int kThreads = 256;
-  VPOD_DISPATCH_DTYPE(q.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_pdl(&rope_kv_append_kernel<T>, tokens, kThreads, 0, stream, p));
-  });
+  VPOD_DISPATCH_DTYPE(q.dtype(), T,
+                      { rope_kv_append_kernel<T><<<tokens, kThreads, 0, stream>>>(p); });
   VPOD_CUDA_CHECK_LAUNCH();
 }
 
