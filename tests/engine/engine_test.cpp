@@ -344,12 +344,18 @@ TEST(Engine, ThreadedServingWithConcurrentClients) {
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_GT(notified.load(), 0);
 
-  // A request still running at stop() is aborted and its stream ends.
+  // A request still running at stop() is aborted and its stream ends. The
+  // test model generates a token in microseconds, so each output of this
+  // request holds the engine thread for a millisecond: its 1,000 tokens would
+  // take a second, and stop() comes right after the first one.
   RequestSpec endless = greedy({1, 2, 3}, 1000);
   endless.stop.ignore_eos = true;
-  auto stream = *rig.engine->submit(endless);
+  auto stream = *rig.engine->submit(
+      endless, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
   RequestOutput out;
   ASSERT_TRUE(stream->pop(out, std::chrono::milliseconds(5000)));
+  ASSERT_FALSE(out.finished) << "the request ended before stop(): " << out.token_ids.size()
+                             << " tokens";
   rig.engine->stop();
   Collected c;
   drain(*stream, c);
