@@ -34,6 +34,10 @@ void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes, std::size_
   VPOD_CHECK_MSG(offset + bytes <= bytes_, "copy_from_host past the end of the buffer");
   VPOD_CUDA_CHECK(
       cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and the
+  // legacy stream it used does not order work on non-blocking streams: wait,
+  // so the data is on the device for any stream once this returns.
+  VPOD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes, std::size_t offset) const {
   VPOD_CHECK_MSG(offset + bytes <= bytes_, "copy_to_host past the end of the buffer");

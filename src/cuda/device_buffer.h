@@ -31,7 +31,8 @@ class DeviceBuffer {
   }
   std::size_t bytes() const { return bytes_; }
 
-  // Synchronous copies; sizes are checked against the buffer.
+  // Synchronous copies: the data has arrived (for every stream) when they
+  // return. Sizes are checked against the buffer. Not for the step path.
   void copy_from_host(const void* src, std::size_t bytes, std::size_t offset = 0);
   void copy_to_host(void* dst, std::size_t bytes, std::size_t offset = 0) const;
   void fill_bytes(int value, cudaStream_t stream = nullptr);
