@@ -79,7 +79,10 @@ Status KvCache::init() {
         config_.memory_bytes, num_regions_, page_bytes_));
   }
   VPOD_ASSIGN_OR_RETURN(range_, VirtualRange::reserve(*provider_, regions_slots * slot_bytes_));
-  VPOD_ASSIGN_OR_RETURN(pool_, PagePool::create(*provider_, config_.memory_bytes));
+  // Never hold more pages than every slot at full depth could map: the rest
+  // of the budget would be physical memory no request can ever use.
+  const std::size_t pool_bytes = std::min(config_.memory_bytes, regions_slots * slot_bytes_);
+  VPOD_ASSIGN_OR_RETURN(pool_, PagePool::create(*provider_, pool_bytes));
 
   slots_.resize(config_.max_slots);
   for (int s = 0; s < config_.max_slots; ++s) {

@@ -78,8 +78,10 @@ struct KvCacheConfig {
   KvShape shape;
   KvLayout layout = KvLayout::all_layers;
   int max_slots = 0;
-  int max_ctx = 0;               // tokens addressable per slot
-  std::size_t memory_bytes = 0;  // physical budget: floor(memory / page) pages
+  int max_ctx = 0;  // tokens addressable per slot
+  // Physical budget: floor(memory / page) pages, capped at what max_slots
+  // slots of max_ctx tokens can map (a larger budget would idle).
+  std::size_t memory_bytes = 0;
   ReclaimPolicy reclaim = ReclaimPolicy::deferred;
   GrowthMode growth = GrowthMode::background;
   std::int64_t lookahead_tokens = 0;  // mapped ahead of prepare()'s targets

@@ -119,6 +119,23 @@ TEST(KvCacheConfigTest, RejectsBadConfigurations) {
   EXPECT_FALSE(parse_kv_layout("paged").ok());
 }
 
+TEST(KvCacheConfigTest, PoolNeverExceedsWhatTheSlotsCanMap) {
+  for (const KvLayout layout : {KvLayout::all_layers, KvLayout::per_layer}) {
+    // 8 slots x 300 tokens; a budget of 100,000 pages is far more than that.
+    auto cache =
+        make_cache(small_config(layout, GrowthMode::synchronous, 100000), make_host_provider(4096));
+    const std::int64_t full_depth = cache->pages_for_tokens(300);
+    EXPECT_EQ(cache->stats().pages_total, cache->num_regions() * 8 * full_depth);
+    // Every slot can still be backed to max_ctx at once.
+    for (int s = 0; s < 8; ++s) {
+      const int slot = *cache->acquire(300);
+      ASSERT_TRUE(cache->ensure(slot, 300).ok());
+    }
+    EXPECT_EQ(cache->free_tokens(), 0);
+    ASSERT_TRUE(cache->check_invariants().ok());
+  }
+}
+
 TEST(KvCacheSlots, EnsureGrowsAndDataSurvivesGrowth) {
   for (const KvLayout layout : {KvLayout::all_layers, KvLayout::per_layer}) {
     auto cache =
