@@ -33,7 +33,12 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const PagedKvCacheCon
 
 Status PagedKvCache::init() {
   const std::size_t block = block_bytes();
-  const std::size_t blocks = config_.memory_bytes / block;
+  max_blocks_per_slot_ = (config_.max_ctx + config_.block_size - 1) / config_.block_size;
+  // Never more blocks than every slot at max_ctx can hold (as the vAttention
+  // cache caps its pool): the rest of the budget could never be used.
+  const std::size_t blocks =
+      std::min(config_.memory_bytes / block,
+               static_cast<std::size_t>(config_.max_slots) * max_blocks_per_slot_);
   if (blocks == 0) {
     return invalid_argument(
         fmt::format("paged KV memory budget of {} bytes is less than one block "
@@ -44,7 +49,6 @@ Status PagedKvCache::init() {
     return invalid_argument(fmt::format("{} KV blocks exceed the int32 block index", blocks));
   }
   num_blocks_ = static_cast<int>(blocks);
-  max_blocks_per_slot_ = (config_.max_ctx + config_.block_size - 1) / config_.block_size;
   const std::size_t pool_bytes = blocks * block;
   const std::size_t table_entries =
       static_cast<std::size_t>(config_.max_slots) * max_blocks_per_slot_;

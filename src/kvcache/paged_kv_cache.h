@@ -33,7 +33,8 @@ struct PagedKvCacheConfig {
   int block_size = 16;  // tokens per block, a power of two
   int max_slots = 0;
   int max_ctx = 0;
-  std::size_t memory_bytes = 0;  // floor(memory / block_bytes) blocks
+  // floor(memory / block_bytes) blocks, capped at max_slots full slots.
+  std::size_t memory_bytes = 0;
   Device device = Device::cpu;
   int cuda_device = 0;
 };

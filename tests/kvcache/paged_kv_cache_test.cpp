@@ -104,6 +104,20 @@ TEST(PagedKvCache, AllocatesBlocksAndReportsCapacity) {
   ASSERT_TRUE(cache.check_invariants().ok());
 }
 
+TEST(PagedKvCache, NeverHoldsMoreBlocksThanTheSlotsCanUse) {
+  // 8 slots x ceil(300 / 16) = 152 blocks; a budget of 10,000 is capped there.
+  auto created = PagedKvCache::create(small_paged(16, 10000));
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  PagedKvCache& cache = **created;
+  EXPECT_EQ(cache.num_blocks(), 8 * 19);
+  for (int s = 0; s < 8; ++s) {
+    const int slot = *cache.acquire(300);
+    ASSERT_TRUE(cache.ensure(slot, 300).ok());
+  }
+  EXPECT_EQ(cache.stats().pages_mapped, 8 * 19);
+  ASSERT_TRUE(cache.check_invariants().ok());
+}
+
 TEST(PagedKvCache, RejectsBudgetsBelowOneBlockAndOddBlockSizes) {
   PagedKvCacheConfig config = small_paged(256, 1);
   config.memory_bytes -= 1;
