@@ -21,6 +21,7 @@
 #include "cuda/device_info.h"
 #include "cuda/event.h"
 #include "cuda/graph.h"
+#include "cuda/pinned_buffer.h"
 #include "cuda/stream.h"
 #include "kernels/activation/silu_mul.h"
 #include "kernels/attention/attention.h"
@@ -47,31 +48,6 @@ class CudaBuffer final : public BackendBuffer {
 
  private:
   cuda::DeviceBuffer buffer_;
-};
-
-// Page-locked host memory for the per-step metadata copy.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  Status resize(std::size_t bytes) {
-    if (bytes <= bytes_) return {};
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    VPOD_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, bytes), StatusCode::resource_exhausted);
-    bytes_ = bytes;
-    return {};
-  }
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -148,7 +124,7 @@ class CudaBackend final : public Backend {
     max_sequences_ = max_sequences;
     const std::size_t ints =
         5 * static_cast<std::size_t>(max_tokens) + 4 * static_cast<std::size_t>(max_sequences);
-    VPOD_RETURN_IF_ERROR(host_meta_.resize(ints * sizeof(std::int32_t)));
+    VPOD_RETURN_IF_ERROR(host_meta_.reserve(ints * sizeof(std::int32_t)));
     VPOD_ASSIGN_OR_RETURN(meta_, cuda::DeviceBuffer::allocate(ints * sizeof(std::int32_t)));
     return {};
   }
@@ -524,7 +500,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<kernels::CublasLt> lt_;
   int max_tokens_ = 0;
   int max_sequences_ = 0;
-  PinnedBuffer host_meta_;
+  cuda::PinnedBuffer host_meta_;  // per-step metadata, copied up asynchronously
   cuda::DeviceBuffer meta_;
   // Attention plan of the current step.
   std::optional<attention::AttentionPlan> plan_;  // serial

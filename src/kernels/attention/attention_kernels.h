@@ -7,6 +7,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/attention/attention.h"
 #include "kernels/attention/attention_params.h"
 
 namespace vpod::attention::detail {
@@ -20,6 +21,11 @@ Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStrea
 // Merges KV splits: one CTA per combine item.
 Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cudaStream_t stream);
 Status launch_append(const AppendParams& params, cudaStream_t stream);
+
+// How the kernels address K/V: a contiguous view's slot strides, or a paged
+// view's blocks through its table (shared by the attention and POD launchers).
+KvAddressing contiguous_addressing(const KvLayerView& kv);
+KvAddressing paged_addressing(const PagedKvView& kv);
 
 enum class KernelKind { prefill, decode };
 // CTAs of a kernel that fit on one SM of the current device (occupancy query).

@@ -50,29 +50,6 @@ Status check_common_kv(const char* what, DType dtype, Device device, int num_kv_
   return Status();
 }
 
-KvAddressing contiguous_addressing(const KvLayerView& kv) {
-  KvAddressing a;
-  a.k = kv.k;
-  a.v = kv.v;
-  a.outer_stride = kv.slot_stride;
-  a.token_stride = kv.token_stride;
-  a.head_stride = kv.head_stride;
-  return a;
-}
-
-KvAddressing paged_addressing(const PagedKvView& kv) {
-  KvAddressing a;
-  a.k = kv.k;
-  a.v = kv.v;
-  a.outer_stride = kv.block_stride;
-  a.token_stride = kv.token_stride;
-  a.head_stride = kv.head_stride;
-  a.block_table = kv.block_table;
-  a.block_table_stride = kv.max_blocks_per_slot;
-  a.block_shift = std::countr_zero(static_cast<unsigned>(kv.block_size));
-  return a;
-}
-
 AttentionParams make_params(const AttentionPlan& plan, const AttentionBuffers& buffers,
                             const TensorView& q, const TensorView& out, float softmax_scale,
                             const KvAddressing& kv) {
@@ -279,7 +256,7 @@ Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
                  cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_append_inputs(plan, buffers, k_new, v_new));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
-  return run_append(plan, buffers, k_new, v_new, contiguous_addressing(kv), stream);
+  return run_append(plan, buffers, k_new, v_new, detail::contiguous_addressing(kv), stream);
 }
 
 Status paged_append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
@@ -287,7 +264,7 @@ Status paged_append_kv(const AttentionPlan& plan, const AttentionBuffers& buffer
                        cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_append_inputs(plan, buffers, k_new, v_new));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_append(plan, buffers, k_new, v_new, paged_addressing(kv), stream);
+  return run_append(plan, buffers, k_new, v_new, detail::paged_addressing(kv), stream);
 }
 
 Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
@@ -295,7 +272,8 @@ Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const
                cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
-  return run_prefill(plan, buffers, q, out, softmax_scale, contiguous_addressing(kv), stream);
+  return run_prefill(plan, buffers, q, out, softmax_scale, detail::contiguous_addressing(kv),
+                     stream);
 }
 
 Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
@@ -303,7 +281,7 @@ Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
                      float softmax_scale, cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_prefill(plan, buffers, q, out, softmax_scale, paged_addressing(kv), stream);
+  return run_prefill(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv), stream);
 }
 
 Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
@@ -311,7 +289,8 @@ Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const 
               cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
-  return run_decode(plan, buffers, q, out, softmax_scale, contiguous_addressing(kv), stream);
+  return run_decode(plan, buffers, q, out, softmax_scale, detail::contiguous_addressing(kv),
+                    stream);
 }
 
 Status paged_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
@@ -319,7 +298,34 @@ Status paged_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, 
                     cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_decode(plan, buffers, q, out, softmax_scale, paged_addressing(kv), stream);
+  return run_decode(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv), stream);
 }
+
+namespace detail {
+
+KvAddressing contiguous_addressing(const KvLayerView& kv) {
+  KvAddressing a;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.outer_stride = kv.slot_stride;
+  a.token_stride = kv.token_stride;
+  a.head_stride = kv.head_stride;
+  return a;
+}
+
+KvAddressing paged_addressing(const PagedKvView& kv) {
+  KvAddressing a;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.outer_stride = kv.block_stride;
+  a.token_stride = kv.token_stride;
+  a.head_stride = kv.head_stride;
+  a.block_table = kv.block_table;
+  a.block_table_stride = kv.max_blocks_per_slot;
+  a.block_shift = std::countr_zero(static_cast<unsigned>(kv.block_size));
+  return a;
+}
+
+}  // namespace detail
 
 }  // namespace vpod::attention

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -15,29 +14,6 @@
 
 namespace vpod::attention {
 namespace {
-
-KvAddressing contiguous_addressing(const KvLayerView& kv) {
-  KvAddressing a;
-  a.k = kv.k;
-  a.v = kv.v;
-  a.outer_stride = kv.slot_stride;
-  a.token_stride = kv.token_stride;
-  a.head_stride = kv.head_stride;
-  return a;
-}
-
-KvAddressing paged_addressing(const PagedKvView& kv) {
-  KvAddressing a;
-  a.k = kv.k;
-  a.v = kv.v;
-  a.outer_stride = kv.block_stride;
-  a.token_stride = kv.token_stride;
-  a.head_stride = kv.head_stride;
-  a.block_table = kv.block_table;
-  a.block_table_stride = kv.max_blocks_per_slot;
-  a.block_shift = std::countr_zero(static_cast<unsigned>(kv.block_size));
-  return a;
-}
 
 Status check_inputs(const PodPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
                     const TensorView& out, float softmax_scale) {
@@ -164,8 +140,8 @@ Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounte
   VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
-  return run_pod(plan, buffers, counters, q, out, softmax_scale, contiguous_addressing(kv), stream,
-                 trace);
+  return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::contiguous_addressing(kv),
+                 stream, trace);
 }
 
 Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
@@ -174,8 +150,8 @@ Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const Pod
   VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
-  return run_pod(plan, buffers, counters, q, out, softmax_scale, paged_addressing(kv), stream,
-                 trace);
+  return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::paged_addressing(kv),
+                 stream, trace);
 }
 
 Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "cuda/pinned_buffer.h"
 #include "kernels/sampling/sampling_gpu.h"
 
 namespace vpod::kernels {
@@ -421,31 +422,6 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   }
 }
 
-// Page-locked host memory that grows (rarely) to the largest call.
-class Pinned {
- public:
-  Pinned() = default;
-  ~Pinned() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  Pinned(const Pinned&) = delete;
-  Pinned& operator=(const Pinned&) = delete;
-  Status reserve(std::size_t bytes) {
-    if (bytes <= bytes_) return {};
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    VPOD_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, bytes), StatusCode::resource_exhausted);
-    bytes_ = bytes;
-    return {};
-  }
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace
@@ -459,7 +435,7 @@ struct GpuSampler::Impl {
   std::vector<std::int32_t> touched;
   std::vector<PenaltyEntry> entries;
   std::vector<RowParams> rows;  // [max_rows]
-  Pinned host_in, host_out;
+  cuda::PinnedBuffer host_in, host_out;
   cuda::DeviceBuffer dev_in, dev_out;
 };
 
