@@ -15,6 +15,9 @@
 # A benchmark command that does not exist yet stops the script with its name.
 # Extra flags per benchmark: ATTENTION_ARGS, POD_ARGS, KVCACHE_ARGS, OFFLINE_ARGS,
 # SERVE_ARGS (vpod serve), BENCH_SERVE_ARGS, e.g. ATTENTION_ARGS="--sweep paper".
+# Sizes (space-separated lists; defaults below, smaller with --quick): PRESETS,
+# MODES, OFFLINE_PROMPTS, OFFLINE_RATIOS, OFFLINE_REQUESTS, ONLINE_RATES,
+# ONLINE_PROMPTS; e.g. MODES="vattn+pod paged+serial" OFFLINE_REQUESTS=32.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --docs) docs=$2; shift 2 ;;
     --sections) sections=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "reproduce.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -112,6 +115,7 @@ fi
 # ----------------------------------------------------------------------------- models
 model_presets=(llama3-8b yi-6b)
 if [[ $quick == 1 ]]; then model_presets=(llama3-8b); fi
+if [[ -n "${PRESETS:-}" ]]; then read -r -a model_presets <<< "$PRESETS"; fi
 if has offline || has online; then
   require_command make-model "issue 6 (model runtime)"
   for preset in "${model_presets[@]}"; do
@@ -122,6 +126,7 @@ if has offline || has online; then
 fi
 
 modes=(vattn+pod vattn+serial paged+serial)
+if [[ -n "${MODES:-}" ]]; then read -r -a modes <<< "$MODES"; fi
 mode_flags() {  # vattn+pod -> --kv-cache vattn --attention pod
   echo "--kv-cache ${1%%+*} --attention ${1##*+}"
 }
@@ -133,6 +138,9 @@ if has offline; then
   ratios=(50 100 500)
   num_requests=64
   if [[ $quick == 1 ]]; then prompts=(16384); ratios=(100); num_requests=16; fi
+  if [[ -n "${OFFLINE_PROMPTS:-}" ]]; then read -r -a prompts <<< "$OFFLINE_PROMPTS"; fi
+  if [[ -n "${OFFLINE_RATIOS:-}" ]]; then read -r -a ratios <<< "$OFFLINE_RATIOS"; fi
+  num_requests=${OFFLINE_REQUESTS:-$num_requests}
   for preset in "${model_presets[@]}"; do
     for prompt in "${prompts[@]}"; do
       for pd in "${ratios[@]}"; do
@@ -168,6 +176,8 @@ if has online; then
   rates=(0.5 1 1.5 2 3 4)
   num_prompts=128
   if [[ $quick == 1 ]]; then rates=(1 2 4); num_prompts=48; fi
+  if [[ -n "${ONLINE_RATES:-}" ]]; then read -r -a rates <<< "$ONLINE_RATES"; fi
+  num_prompts=${ONLINE_PROMPTS:-$num_prompts}
   port=${PORT:-8123}
   url="http://127.0.0.1:$port"
   for preset in "${model_presets[@]}"; do
