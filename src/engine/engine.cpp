@@ -62,7 +62,12 @@ Engine::Engine(const EngineConfig& config, ModelExecutor& executor, KvCapacity& 
       decoders_(decoders),
       scheduler_(config.scheduler, kv),
       outputs_(metrics_),
-      sampled_(config.scheduler.max_num_seqs) {}
+      sampled_(config.scheduler.max_num_seqs) {
+  pending_.reserve(config.scheduler.max_num_seqs);
+  // Ends per step: every running request plus a few aborts of waiting ones
+  // (more only in a burst of aborts).
+  ended_.reserve(2 * static_cast<std::size_t>(config.scheduler.max_num_seqs));
+}
 
 Engine::~Engine() { stop(); }
 
@@ -139,23 +144,34 @@ void Engine::take_inbox(Clock::time_point now) {
     requests_.emplace(id, std::move(r));
   }
   arrived_.clear();
+  // A token of an aborted request still in flight is dropped at its collect:
+  // the stream ends where a synchronous loop would have ended it.
   for (RequestId id : aborted_) {
     auto it = requests_.find(id);
-    if (it == requests_.end()) continue;  // unknown or already finished
-    end_request(it->second.get(), FinishReason::abort, "", now);
+    if (it == requests_.end()) continue;                          // unknown or already released
+    end_request(it->second.get(), FinishReason::abort, "", now);  // no-op if already ended
   }
   aborted_.clear();
 }
 
 void Engine::end_request(Request* r, FinishReason reason, std::string_view error,
                          Clock::time_point now) {
+  if (r->is_done()) return;
   outputs_.end(*r, reason, error, now);
-  release(r);
+  ended_.push_back(r);
 }
 
 void Engine::release(Request* r) {
   scheduler_.remove(r);
   requests_.erase(r->id);  // destroys r
+}
+
+// Only between steps: the step in flight may use an ended request's slot and
+// token ids, and the executor may read the KV cache's tables meanwhile.
+void Engine::release_ended() {
+  if (in_flight_ != nullptr) return;
+  for (Request* r : ended_) release(r);
+  ended_.clear();
 }
 
 void Engine::fail_step(const ScheduledStep& step, const Status& status, Clock::time_point now) {
@@ -175,42 +191,91 @@ void Engine::update_gauges() {
   metrics_.kv_cache_usage_ratio.store(kv_.usage(), std::memory_order_relaxed);
 }
 
-bool Engine::step() {
-  const Clock::time_point t_start = Clock::now();
-  take_inbox(t_start);
-  const ScheduledStep& step = scheduler_.schedule(t_start);
-  for (Request* r : step.unschedulable)
-    end_request(r, FinishReason::error, "the KV cache cannot hold this request", t_start);
-  for (Request* r : step.admitted)
-    metrics_.request_queue_time_s.observe(seconds_between(r->arrival_time, t_start));
-  metrics_.num_preemptions.fetch_add(step.num_preempted, std::memory_order_relaxed);
-  if (step.empty()) {
-    update_gauges();
-    return false;
-  }
+Status Engine::launch(const ScheduledStep& step) {
+  VPOD_RETURN_IF_ERROR(
+      executor_.launch(step.batch, step.samples, std::span(sampled_.data(), step.samples.size())));
+  in_flight_ = &step;
+  return {};
+}
 
-  const Clock::time_point t_scheduled = Clock::now();
-  Status status = kv_.prepare(step.batch);
-  const Clock::time_point t_prepared = Clock::now();
-  const std::span<SampledToken> sampled(sampled_.data(), step.samples.size());
-  if (status.ok()) status = executor_.forward(step.batch, step.samples, sampled);
-  const Clock::time_point t_forwarded = Clock::now();
+bool Engine::collect(StepTimes& times) {
+  if (in_flight_ == nullptr) return false;
+  const ScheduledStep& step = *std::exchange(in_flight_, nullptr);
+  const Clock::time_point t_wait = Clock::now();
+  const Status status = executor_.wait();
+  const Clock::time_point now = Clock::now();
   if (!status.ok()) {
-    fail_step(step, status, t_forwarded);
+    fail_step(step, status, now);
   } else {
-    scheduler_.commit(step, sampled);
-    for (std::size_t i = 0; i < step.samples.size(); ++i) {
+    const std::span<const SampledToken> sampled(sampled_.data(), step.samples.size());
+    scheduler_.commit(step, sampled);  // skips requests that ended meanwhile
+    pending_time_ = now;
+    for (std::size_t i = 0; i < sampled.size(); ++i) {
       Request* r = step.sample_requests[i];
-      if (outputs_.on_token(*r, sampled[i], t_forwarded)) release(r);
+      if (r->is_done()) continue;  // ended meanwhile (stop string, abort): token dropped
+      if (OutputProcessor::stops_by_token(*r)) {
+        // Ends now, so the next schedule sees its slot free (as without pipelining).
+        const bool finished = outputs_.on_token(*r, sampled[i], now);
+        VPOD_CHECK(finished);
+        ended_.push_back(r);
+      } else {
+        pending_.push_back({r, sampled[i]});
+      }
     }
   }
-  const Clock::time_point t_end = Clock::now();
+  const double wait_s = seconds_between(t_wait, now);
+  const double commit_s = seconds_between(now, Clock::now());
+  times.wait_s += wait_s;
+  times.forward_s += wait_s;
+  times.commit_s += commit_s;
+  times.host_exposed_s += commit_s;  // nothing is in flight now
+  return true;
+}
 
-  metrics_.add_step({.schedule_s = seconds_between(t_start, t_scheduled),
-                     .prepare_s = seconds_between(t_scheduled, t_prepared),
-                     .forward_s = seconds_between(t_prepared, t_forwarded),
-                     .commit_s = seconds_between(t_forwarded, t_end)});
+void Engine::process_outputs() {
+  for (const PendingOutput& p : pending_) {
+    VPOD_CHECK(!p.request->is_done());  // nothing ends a request between collect and here
+    if (outputs_.on_token(*p.request, p.sampled, pending_time_)) ended_.push_back(p.request);
+  }
+  pending_.clear();
+}
+
+bool Engine::step() {
+  StepTimes t;
+  take_inbox(Clock::now());           // new requests, aborts
+  const bool collected = collect(t);  // pipelined: the step launched last time
+  const Clock::time_point t_collected = Clock::now();
+  release_ended();  // nothing is in flight: every ended request's slot is free
+  const ScheduledStep& step = scheduler_.schedule(t_collected);
+  for (Request* r : step.admitted)
+    metrics_.request_queue_time_s.observe(seconds_between(r->arrival_time, t_collected));
+  metrics_.num_preemptions.fetch_add(step.num_preempted, std::memory_order_relaxed);
+  const Clock::time_point t_scheduled = Clock::now();
+  Status launched = step.empty() ? Status{} : kv_.prepare(step.batch);
+  const Clock::time_point t_prepared = Clock::now();
+  if (launched.ok() && !step.empty()) launched = launch(step);
+  const Clock::time_point t_launched = Clock::now();
+  if (!config_.async_scheduling) collect(t);
+  const bool overlapped = in_flight_ != nullptr;
+  const Clock::time_point t_outputs = Clock::now();
+  process_outputs();  // detokenize, stop strings, stream: overlaps the step in flight
+  for (Request* r : step.unschedulable)
+    end_request(r, FinishReason::error, "the KV cache cannot hold this request", t_outputs);
+  if (!launched.ok()) fail_step(step, launched, t_outputs);
+  release_ended();  // unless a step is in flight
   update_gauges();
+  const Clock::time_point t_end = Clock::now();
+  if (!collected && step.empty()) return false;
+
+  const double outputs_s = seconds_between(t_outputs, t_end);
+  t.schedule_s = seconds_between(t_collected, t_scheduled);
+  t.prepare_s = seconds_between(t_scheduled, t_prepared);
+  t.launch_s = seconds_between(t_prepared, t_launched);
+  t.forward_s += t.launch_s;
+  t.commit_s += outputs_s;
+  t.host_exposed_s += t.schedule_s + t.prepare_s;
+  (overlapped ? t.host_hidden_s : t.host_exposed_s) += outputs_s;
+  metrics_.add_step(t, !step.empty());
   return true;
 }
 
@@ -248,11 +313,15 @@ void Engine::stop() {
     wake_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
-  // The loop is gone: this thread now owns the engine state.
+  // The loop is gone: this thread now owns the engine state. A step still in
+  // flight completes and streams its tokens first.
   const Clock::time_point now = Clock::now();
   take_inbox(now);
-  while (!requests_.empty())
-    end_request(requests_.begin()->second.get(), FinishReason::abort, "", now);
+  StepTimes unused;
+  collect(unused);
+  process_outputs();
+  for (auto& [id, r] : requests_) end_request(r.get(), FinishReason::abort, "", now);
+  release_ended();
   update_gauges();
 }
 

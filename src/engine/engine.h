@@ -1,7 +1,15 @@
 // The engine: owns the requests, runs the step loop on its own thread and
 // streams outputs. One step:
 //
-//   schedule -> kv.prepare -> forward (+ sample) -> commit (stop rules, stream)
+//   collect N -> schedule N+1 -> kv.prepare -> launch N+1 -> outputs of N
+//
+// collect waits for the step in flight, commits its tokens and applies the
+// stop rules that need no text (stop ids, lengths); outputs of N
+// (detokenization, stop strings, deltas) then run while the executor
+// computes N+1 (EngineConfig::async_scheduling; off, the step is waited for
+// right after its launch). A request that a stop string or an abort ends
+// while N+1 runs has its N+1 token dropped, so the streams are those of the
+// synchronous loop. See docs/engine.md, "Pipelining".
 //
 // The model, the KV cache and the detokenizer are borrowed through small
 // interfaces (ModelExecutor, KvCapacity, DecoderFactory), so the whole loop
@@ -45,6 +53,10 @@ struct EngineConfig {
   int vocab_size = 0;
   // Seeds the per-request seeds of requests that bring none.
   std::uint64_t seed = 0;
+  // Pipelined loop (--async-scheduling on|off): the CPU work of a step's
+  // outputs overlaps the next step's forward. The streams are identical
+  // either way; off waits for each step right after launching it.
+  bool async_scheduling = true;
 };
 
 class Engine {
@@ -87,10 +99,23 @@ class Engine {
          const DecoderFactory& decoders);
   void run_loop();
   void take_inbox(Clock::time_point now);
+  // Stream a final delta (no-op if r already ended); r is released later.
   void end_request(Request* r, FinishReason reason, std::string_view error, Clock::time_point now);
   void release(Request* r);  // frees its slot and its state
+  void release_ended();      // releases the ended requests that are not in flight
   void fail_step(const ScheduledStep& step, const Status& status, Clock::time_point now);
   void update_gauges();
+  // The pipeline: launch marks the step in flight; collect waits for it,
+  // commits, ends requests by the token-only stop rules and queues the rest
+  // in pending_; process_outputs runs the output work of pending_.
+  Status launch(const ScheduledStep& step);
+  bool collect(StepTimes& times);
+  void process_outputs();
+
+  struct PendingOutput {
+    Request* request = nullptr;
+    SampledToken sampled;
+  };
 
   EngineConfig config_;
   ModelExecutor& executor_;
@@ -99,7 +124,11 @@ class Engine {
   EngineMetrics metrics_;
   Scheduler scheduler_;
   OutputProcessor outputs_;
-  std::vector<SampledToken> sampled_;  // [max_num_seqs], filled by forward
+  std::vector<SampledToken> sampled_;         // [max_num_seqs], filled by the executor
+  const ScheduledStep* in_flight_ = nullptr;  // launched, not collected
+  std::vector<PendingOutput> pending_;        // collected tokens awaiting output work
+  Clock::time_point pending_time_;            // when they reached the host
+  std::vector<Request*> ended_;               // finished/aborted, not released yet
 
   // Engine-thread state: every live request by id.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;

@@ -93,11 +93,16 @@ EngineMetrics::EngineMetrics()
       request_queue_time_s(kRequestLatencyBuckets),
       step_duration_s(kStepBuckets) {}
 
-void EngineMetrics::add_step(const StepTimes& t) {
+void EngineMetrics::add_step(const StepTimes& t, bool launched) {
   add_double(schedule_s_, t.schedule_s);
   add_double(prepare_s_, t.prepare_s);
   add_double(forward_s_, t.forward_s);
   add_double(commit_s_, t.commit_s);
+  add_double(launch_s_, t.launch_s);
+  add_double(wait_s_, t.wait_s);
+  add_double(host_hidden_s_, t.host_hidden_s);
+  add_double(host_exposed_s_, t.host_exposed_s);
+  if (!launched) return;
   step_duration_s.observe(t.schedule_s + t.prepare_s + t.forward_s + t.commit_s);
   num_steps.fetch_add(1, std::memory_order_relaxed);
 }
@@ -127,6 +132,10 @@ MetricsSnapshot EngineMetrics::snapshot() const {
   m.step_time_total.prepare_s = prepare_s_.load(std::memory_order_relaxed);
   m.step_time_total.forward_s = forward_s_.load(std::memory_order_relaxed);
   m.step_time_total.commit_s = commit_s_.load(std::memory_order_relaxed);
+  m.step_time_total.launch_s = launch_s_.load(std::memory_order_relaxed);
+  m.step_time_total.wait_s = wait_s_.load(std::memory_order_relaxed);
+  m.step_time_total.host_hidden_s = host_hidden_s_.load(std::memory_order_relaxed);
+  m.step_time_total.host_exposed_s = host_exposed_s_.load(std::memory_order_relaxed);
   return m;
 }
 
@@ -185,6 +194,18 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix)
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", seconds);
     out += phase + "{phase=\"" + name + "\"} " + buf + "\n";
+  }
+  const std::string host = p + "step_host_seconds_total";
+  out += "# HELP " + host +
+         " Engine host work (schedule, prepare, commit) done while a launched step ran "
+         "(hidden) or while none did (exposed: the device waited).\n";
+  out += "# TYPE " + host + " counter\n";
+  const std::pair<const char*, double> overlaps[] = {{"hidden", m.step_time_total.host_hidden_s},
+                                                     {"exposed", m.step_time_total.host_exposed_s}};
+  for (const auto& [name, seconds] : overlaps) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", seconds);
+    out += host + "{overlap=\"" + name + "\"} " + buf + "\n";
   }
   return out;
 }

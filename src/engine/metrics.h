@@ -41,10 +41,20 @@ class Histogram {
 inline constexpr int kNumFinishReasons = 5;
 
 struct StepTimes {
-  double schedule_s = 0.0;  // scheduler.schedule (policy + batch layout)
+  double schedule_s = 0.0;  // scheduler.schedule (policy + batch layout), inbox, releases
   double prepare_s = 0.0;   // kv.prepare (critical-path part of KV growth)
-  double forward_s = 0.0;   // executor.forward (model + sampling)
+  double forward_s = 0.0;   // executor launch + wait (model + sampling) = launch_s + wait_s
   double commit_s = 0.0;    // commit, stop rules, detokenization, streaming
+  // Parts of forward_s: the executor's launch() call (on CUDA the host's
+  // issuing of the step; a synchronous executor computes the whole step in
+  // it) and the time the engine thread blocked in wait().
+  double launch_s = 0.0;
+  double wait_s = 0.0;
+  // The engine's own host work (schedule + prepare + commit) split by
+  // whether a launched step was running meanwhile: hidden behind the device,
+  // or exposed (nothing in flight, so the device waits for the host).
+  double host_hidden_s = 0.0;
+  double host_exposed_s = 0.0;
 };
 
 struct MetricsSnapshot {
@@ -88,7 +98,9 @@ class EngineMetrics {
   std::array<std::atomic<std::uint64_t>, kNumFinishReasons> requests_finished{};
   std::atomic<std::uint64_t> num_steps{0};
 
-  void add_step(const StepTimes& t);
+  // `launched`: the step ran a forward (counted in num_steps and the step
+  // duration histogram); a pipelined loop's last call only collects.
+  void add_step(const StepTimes& t, bool launched = true);
   void count_finished(FinishReason reason);
   MetricsSnapshot snapshot() const;
 
@@ -97,6 +109,10 @@ class EngineMetrics {
   std::atomic<double> prepare_s_{0.0};
   std::atomic<double> forward_s_{0.0};
   std::atomic<double> commit_s_{0.0};
+  std::atomic<double> launch_s_{0.0};
+  std::atomic<double> wait_s_{0.0};
+  std::atomic<double> host_hidden_s_{0.0};
+  std::atomic<double> host_exposed_s_{0.0};
 };
 
 // Prometheus text exposition format (version 0.0.4), every name prefixed

@@ -52,6 +52,20 @@ class ModelExecutor {
   // (device error) is returned; the engine then fails the batch's requests.
   virtual Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                          std::span<SampledToken> out) = 0;
+
+  // The same step in two halves, for the engine's pipelined loop: launch()
+  // enqueues the step and may return before it ran; wait() blocks until
+  // `out` holds the sampled tokens. Between the two calls the engine keeps
+  // `batch`, `samples`, `out` and what they point to (requests' token ids,
+  // sampling parameters) unchanged, and does its CPU work of the previous
+  // step (detokenization, stop strings, streaming) meanwhile. A failure of
+  // either half fails the step. Default: launch() is forward(), wait() has
+  // nothing left to do (executors whose forward is synchronous).
+  virtual Status launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                        std::span<SampledToken> out) {
+    return forward(batch, samples, out);
+  }
+  virtual Status wait() { return {}; }
 };
 
 }  // namespace vpod::engine

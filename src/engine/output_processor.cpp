@@ -19,6 +19,14 @@ OutputProcessor::OutputProcessor(EngineMetrics& metrics) : metrics_(metrics) {
   delta_.logprobs.reserve(1);
 }
 
+bool OutputProcessor::stops_by_token(const Request& r) {
+  const std::int32_t token = r.token_ids.back();
+  const bool stops_armed = r.num_generated() >= r.stop.min_tokens;
+  if (stops_armed && std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end())
+    return true;
+  return r.num_tokens() >= r.max_total_tokens;
+}
+
 bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::time_point now) {
   const std::int32_t token = sampled.token;
   VPOD_CHECK(r.num_generated() >= 1 && r.token_ids.back() == token);

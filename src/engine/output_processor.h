@@ -30,6 +30,12 @@ class OutputProcessor {
   // state and finish_reason are set; the caller frees it).
   bool on_token(Request& r, const SampledToken& sampled, Clock::time_point now);
 
+  // Whether on_token will finish r for its newest token by rule 1 or 3 (a
+  // stop/EOS id, max_tokens, the context length): decided from the token id
+  // alone, without detokenizing, so the pipelined loop frees such requests
+  // before planning the next step. Rule 2 (stop strings) needs on_token.
+  static bool stops_by_token(const Request& r);
+
   // Ends a request that did not stop by itself (abort, engine error) with a
   // final delta carrying `reason` (and `error` for FinishReason::error).
   void end(Request& r, FinishReason reason, std::string_view error, Clock::time_point now);

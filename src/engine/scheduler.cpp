@@ -261,6 +261,7 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const SampledToken> 
   for (Request* r : step.decode_requests) r->num_computed += 1;
   for (std::size_t i = 0; i < step.sample_requests.size(); ++i) {
     Request* r = step.sample_requests[i];
+    if (r->is_done()) continue;  // ended while the step ran: its token is dropped
     VPOD_CHECK(r->num_computed == r->num_tokens());
     VPOD_CHECK_MSG(r->token_ids.size() < r->token_ids.capacity(),
                    "token_ids must be reserved for prompt + max_tokens");

@@ -103,7 +103,9 @@ class Scheduler {
   // result stays valid until the next call.
   const ScheduledStep& schedule(Clock::time_point now);
   // After the forward: advances each scheduled request's cached length and
-  // appends the sampled tokens (parallel to step.samples).
+  // appends the sampled tokens (parallel to step.samples), except to
+  // requests that ended while the step ran (pipelined loop: a stop string
+  // found late); the engine then releases those.
   void commit(const ScheduledStep& step, std::span<const SampledToken> sampled);
   // Takes a finished or aborted request out (waiting or running) and frees its slot.
   void remove(Request* r);

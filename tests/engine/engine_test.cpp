@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/async_executor.h"
 #include "engine_doubles.h"
 
 // Counts heap allocations made by this thread while counting is on, to check
@@ -80,19 +81,34 @@ bool drain(RequestStream& stream, Collected& c) {
   return c.last.finished;
 }
 
+// How the engine loop runs: pipelined (EngineConfig::async_scheduling) or
+// not, and whether the model runs on an AsyncExecutor's worker thread.
+struct LoopMode {
+  bool async = true;
+  bool worker = false;
+};
+constexpr LoopMode kLoopModes[] = {{false, false}, {true, false}, {true, true}};
+
+std::string mode_name(LoopMode m) {
+  return std::string(m.async ? "async" : "sync") + (m.worker ? "+worker" : "");
+}
+
 // A cache, a model and a decoder, wired like production.
 struct Rig {
   Rig(int num_slots, int num_blocks, int block_tokens, int max_seqs, int budget,
-      int max_tokens_per_slot = 2048)
+      int max_tokens_per_slot = 2048, LoopMode mode = {})
       : kv(num_slots, num_blocks, block_tokens, max_tokens_per_slot, &memory),
         model(&memory, kVocab),
         decoders(word_pieces(kVocab)) {
+    if (mode.worker) worker = std::make_unique<AsyncExecutor>(model);
     EngineConfig config;
+    config.async_scheduling = mode.async;
     config.scheduler = {.max_num_seqs = max_seqs, .max_num_batched_tokens = budget};
     config.eos_token_ids = {kEos};
     config.vocab_size = kVocab;
     config.max_model_len = std::min<int>(max_tokens_per_slot, num_blocks * block_tokens);
-    auto created = Engine::create(config, model, kv, decoders);
+    auto created =
+        Engine::create(config, worker ? static_cast<ModelExecutor&>(*worker) : model, kv, decoders);
     EXPECT_TRUE(created.ok()) << created.status().to_string();
     engine = std::move(created).value();
   }
@@ -105,6 +121,7 @@ struct Rig {
   SlotMemory memory;
   FakeKvCache kv;
   HashModel model;
+  std::unique_ptr<AsyncExecutor> worker;  // before the engine: destroyed after it
   ByteDecoderFactory decoders;
   std::unique_ptr<Engine> engine;
 };
@@ -239,38 +256,44 @@ TEST(Engine, SeededSamplingIsReproducibleAcrossPreemption) {
   EXPECT_EQ(c.tokens, alone);
 }
 
+// In the pipelined loop the fifth step is still in flight after five
+// step() calls, so four tokens have streamed; the abort drops the fifth.
 TEST(Engine, AbortMidGenerationFreesTheSlotAtTheNextStep) {
-  // One slot: a second request can only start once the first is gone.
-  Rig rig(/*num_slots=*/1, 64, 16, 4, 64, 1024);
-  std::mt19937 rng(9);
-  RequestSpec long_spec = greedy(random_prompt(rng, 10), 500);
-  long_spec.stop.ignore_eos = true;
-  auto first = *rig.engine->submit(long_spec);
-  RequestSpec second_spec = greedy(random_prompt(rng, 10), 5);
-  second_spec.stop.ignore_eos = true;
-  auto second = *rig.engine->submit(second_spec);
-  for (int i = 0; i < 5; ++i) rig.engine->step();
-  Collected c1, c2;
-  drain(*first, c1);
-  EXPECT_EQ(c1.tokens.size(), 5u);
-  EXPECT_FALSE(c1.last.finished);
-  EXPECT_EQ(rig.engine->scheduler().num_waiting(), 1u);  // no slot for the second
+  for (const LoopMode mode : kLoopModes) {
+    SCOPED_TRACE(mode_name(mode));
+    const std::size_t streamed = mode.async ? 4 : 5;
+    // One slot: a second request can only start once the first is gone.
+    Rig rig(/*num_slots=*/1, 64, 16, 4, 64, 1024, mode);
+    std::mt19937 rng(9);
+    RequestSpec long_spec = greedy(random_prompt(rng, 10), 500);
+    long_spec.stop.ignore_eos = true;
+    auto first = *rig.engine->submit(long_spec);
+    RequestSpec second_spec = greedy(random_prompt(rng, 10), 5);
+    second_spec.stop.ignore_eos = true;
+    auto second = *rig.engine->submit(second_spec);
+    for (int i = 0; i < 5; ++i) rig.engine->step();
+    Collected c1, c2;
+    drain(*first, c1);
+    EXPECT_EQ(c1.tokens.size(), streamed);
+    EXPECT_FALSE(c1.last.finished);
+    EXPECT_EQ(rig.engine->scheduler().num_waiting(), 1u);  // no slot for the second
 
-  rig.engine->abort(first->id());
-  rig.engine->abort(first->id());  // twice is harmless
-  rig.engine->abort(9999);         // unknown ids are ignored
-  rig.engine->step();              // boundary: slot freed, second admitted in the same step
-  drain(*first, c1);
-  EXPECT_TRUE(c1.last.finished);
-  EXPECT_EQ(c1.last.finish_reason, FinishReason::abort);
-  EXPECT_EQ(c1.tokens.size(), 5u);  // nothing generated after the abort
-  EXPECT_EQ(rig.engine->scheduler().num_running(), 1u);
-  EXPECT_EQ(rig.engine->scheduler().num_waiting(), 0u);
-  ASSERT_TRUE(rig.run());
-  ASSERT_TRUE(drain(*second, c2));
-  EXPECT_EQ(c2.tokens, solo(second_spec));
-  EXPECT_EQ(rig.kv.slots_in_use(), 0);
-  EXPECT_EQ(rig.engine->metrics().requests_finished[static_cast<int>(FinishReason::abort)], 1u);
+    rig.engine->abort(first->id());
+    rig.engine->abort(first->id());  // twice is harmless
+    rig.engine->abort(9999);         // unknown ids are ignored
+    rig.engine->step();              // boundary: slot freed, second admitted in the same step
+    drain(*first, c1);
+    EXPECT_TRUE(c1.last.finished);
+    EXPECT_EQ(c1.last.finish_reason, FinishReason::abort);
+    EXPECT_EQ(c1.tokens.size(), streamed);  // nothing streamed after the abort
+    EXPECT_EQ(rig.engine->scheduler().num_running(), 1u);
+    EXPECT_EQ(rig.engine->scheduler().num_waiting(), 0u);
+    ASSERT_TRUE(rig.run());
+    ASSERT_TRUE(drain(*second, c2));
+    EXPECT_EQ(c2.tokens, solo(second_spec));
+    EXPECT_EQ(rig.kv.slots_in_use(), 0);
+    EXPECT_EQ(rig.engine->metrics().requests_finished[static_cast<int>(FinishReason::abort)], 1u);
+  }
 }
 
 TEST(Engine, AbortOfAWaitingRequestNeverRunsIt) {
@@ -369,25 +392,28 @@ TEST(Engine, ThreadedServingWithConcurrentClients) {
 // prepare, forward, commit, stop rules, detokenization, streaming, metrics)
 // makes no heap allocation.
 TEST(Engine, SteadyStateStepsDoNotAllocate) {
-  Rig rig(16, 256, 16, 16, 64, 1024);
-  std::mt19937 rng(5);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 12; ++i) {
-    RequestSpec spec = greedy(random_prompt(rng, 10), 40);
-    spec.stop.ignore_eos = true;
-    spec.stop.stop = {"zzzq"};  // exercise stop-string matching too
-    streams.push_back(*rig.engine->submit(spec));
+  for (const LoopMode mode : kLoopModes) {
+    SCOPED_TRACE(mode_name(mode));
+    Rig rig(16, 256, 16, 16, 64, 1024, mode);
+    std::mt19937 rng(5);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 12; ++i) {
+      RequestSpec spec = greedy(random_prompt(rng, 10), 40);
+      spec.stop.ignore_eos = true;
+      spec.stop.stop = {"zzzq"};  // exercise stop-string matching too
+      streams.push_back(*rig.engine->submit(spec));
+    }
+    for (int i = 0; i < 3; ++i) rig.engine->step();  // admission and prefill
+    ASSERT_EQ(rig.engine->scheduler().num_running(), 12u);
+    num_allocations = 0;
+    count_allocations = true;
+    for (int i = 0; i < 20; ++i) rig.engine->step();
+    count_allocations = false;
+    EXPECT_EQ(num_allocations, 0) << "allocations in 20 decode steps of 12 requests";
+    RequestOutput out;
+    ASSERT_TRUE(streams[0]->try_pop(out));
+    EXPECT_EQ(out.token_ids.size(), mode.async ? 22u : 23u);  // pipelined: one in flight
   }
-  for (int i = 0; i < 3; ++i) rig.engine->step();  // admission and prefill
-  ASSERT_EQ(rig.engine->scheduler().num_running(), 12u);
-  num_allocations = 0;
-  count_allocations = true;
-  for (int i = 0; i < 20; ++i) rig.engine->step();
-  count_allocations = false;
-  EXPECT_EQ(num_allocations, 0) << "allocations in 20 decode steps of 12 requests";
-  RequestOutput out;
-  ASSERT_TRUE(streams[0]->try_pop(out));
-  EXPECT_EQ(out.token_ids.size(), 23u);
 }
 
 TEST(RequestStream, MergesPendingDeltasIntoOnePop) {

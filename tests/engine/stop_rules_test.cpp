@@ -134,7 +134,8 @@ struct Deltas {
 
 // Runs one scripted request to completion, stepping by hand and popping the
 // stream after every step.
-class StopRulesTest : public ::testing::Test {
+// Every stop-rule case runs in the synchronous and in the pipelined loop.
+class StopRulesTest : public ::testing::TestWithParam<bool> {
  protected:
   Deltas run(std::vector<std::int32_t> script, StopParams stop, int max_model_len = 0,
              SamplingParams sampling = {}) {
@@ -144,6 +145,7 @@ class StopRulesTest : public ::testing::Test {
     config.scheduler = {.max_num_seqs = 4, .max_num_batched_tokens = 64};
     config.eos_token_ids = {kEos};
     config.max_model_len = max_model_len;
+    config.async_scheduling = GetParam();
     auto engine = Engine::create(config, model, kv, decoders_);
     EXPECT_TRUE(engine.ok()) << engine.status().to_string();
     sampling.temperature = 0.0f;
@@ -165,6 +167,11 @@ class StopRulesTest : public ::testing::Test {
       }
     }
     EXPECT_TRUE(d.last.finished);
+    // Pipelined, a stop string ends the request while its next step runs:
+    // the slot is freed when that step is collected, and nothing more streams.
+    for (int i = 0; i < 2 && (*engine)->has_work(); ++i) (*engine)->step();
+    EXPECT_FALSE((*engine)->has_work());
+    EXPECT_FALSE((*stream)->try_pop(out));
     EXPECT_EQ(kv.slots_in_use(), 0);
     return d;
   }
@@ -172,7 +179,7 @@ class StopRulesTest : public ::testing::Test {
   ByteDecoderFactory decoders_{pieces()};
 };
 
-TEST_F(StopRulesTest, AStopStringAcrossFourTokensIsHeldBackThenCut) {
+TEST_P(StopRulesTest, AStopStringAcrossFourTokensIsHeldBackThenCut) {
   const Deltas d = run({kLo, kSpaceWor, kLd, kLt, kSlash, kS, kGt, kHel}, stops(20, {"</s>"}));
   // "lo", " wor", "ld", then "<", "/", "s" are held back, ">" completes the stop.
   EXPECT_EQ(d.texts, (std::vector<std::string>{"lo", " wor", "ld", "", "", "", ""}));
@@ -186,7 +193,7 @@ TEST_F(StopRulesTest, AStopStringAcrossFourTokensIsHeldBackThenCut) {
   EXPECT_EQ(d.last.num_prompt_tokens, 2);
 }
 
-TEST_F(StopRulesTest, IncludeStopStrInOutputKeepsTheStopAndDropsWhatFollows) {
+TEST_P(StopRulesTest, IncludeStopStrInOutputKeepsTheStopAndDropsWhatFollows) {
   // "</" + "s" + ">lo": the token completing the stop carries extra text.
   const Deltas d =
       run({kLo, kLtSlash, kS, kGt, kLo},
@@ -195,38 +202,38 @@ TEST_F(StopRulesTest, IncludeStopStrInOutputKeepsTheStopAndDropsWhatFollows) {
   EXPECT_EQ(d.last.stop_string, "</s>");
 }
 
-TEST_F(StopRulesTest, AFalseAlarmReleasesTheHeldText) {
+TEST_P(StopRulesTest, AFalseAlarmReleasesTheHeldText) {
   const Deltas d = run({kLt, kSlash, kB, kLd}, stops(4, {"</s>"}));
   EXPECT_EQ(d.texts, (std::vector<std::string>{"", "", "</b", "ld"}));
   EXPECT_EQ(d.last.finish_reason, FinishReason::length);
 }
 
-TEST_F(StopRulesTest, HeldTextIsReleasedWhenTheRequestEndsOtherwise) {
+TEST_P(StopRulesTest, HeldTextIsReleasedWhenTheRequestEndsOtherwise) {
   // max_tokens ends it while "</" is held: it was not a stop, so it is sent.
   const Deltas d = run({kLo, kLtSlash}, stops(2, {"</s>"}));
   EXPECT_EQ(d.texts, (std::vector<std::string>{"lo", "</"}));
   EXPECT_EQ(d.last.finish_reason, FinishReason::length);
 }
 
-TEST_F(StopRulesTest, AStopStringInsideOneTokenCutsMidToken) {
+TEST_P(StopRulesTest, AStopStringInsideOneTokenCutsMidToken) {
   const Deltas d = run({kSpaceWor, kLd, kHel}, stops(20, {"or"}));
   EXPECT_EQ(d.text, " w");
   EXPECT_EQ(d.last.stop_string, "or");
 }
 
-TEST_F(StopRulesTest, TheEarliestOfSeveralStopStringsWins) {
+TEST_P(StopRulesTest, TheEarliestOfSeveralStopStringsWins) {
   const Deltas d = run({kLo, kSpaceWor, kLd}, stops(20, {"ld", "wor", "o w"}));
   EXPECT_EQ(d.text, "l");
   EXPECT_EQ(d.last.stop_string, "o w");
 }
 
-TEST_F(StopRulesTest, AUtf8CharacterSplitAcrossTokensIsNeverCut) {
+TEST_P(StopRulesTest, AUtf8CharacterSplitAcrossTokensIsNeverCut) {
   const Deltas d = run({kEAcute1, kEAcute2, kEAcute1}, stops(3));
   // "\xC3" alone is not text yet; the dangling byte at the end becomes U+FFFD.
   EXPECT_EQ(d.texts, (std::vector<std::string>{"", "\xC3\xA9", "\xEF\xBF\xBD"}));
 }
 
-TEST_F(StopRulesTest, EosStopsWithoutItsText) {
+TEST_P(StopRulesTest, EosStopsWithoutItsText) {
   const Deltas d = run({kLo, kEos, kLo}, stops(20));
   EXPECT_EQ(d.text, "lo");
   EXPECT_EQ(d.last.finish_reason, FinishReason::stop);
@@ -234,13 +241,13 @@ TEST_F(StopRulesTest, EosStopsWithoutItsText) {
   EXPECT_EQ(d.tokens, (std::vector<std::int32_t>{kLo, kEos}));
 }
 
-TEST_F(StopRulesTest, IgnoreEosRunsToMaxTokens) {
+TEST_P(StopRulesTest, IgnoreEosRunsToMaxTokens) {
   const Deltas d = run({kLo, kEos, kLd}, stops(3, {}, [](StopParams& p) { p.ignore_eos = true; }));
   EXPECT_EQ(d.text, "lo<eos>ld");
   EXPECT_EQ(d.last.finish_reason, FinishReason::length);
 }
 
-TEST_F(StopRulesTest, StopTokenIdsStopAndIncludeTheirTextOnlyOnRequest) {
+TEST_P(StopRulesTest, StopTokenIdsStopAndIncludeTheirTextOnlyOnRequest) {
   Deltas d =
       run({kLo, kStopId, kLd}, stops(20, {}, [](StopParams& p) { p.stop_token_ids = {kStopId}; }));
   EXPECT_EQ(d.text, "lo");
@@ -252,7 +259,7 @@ TEST_F(StopRulesTest, StopTokenIdsStopAndIncludeTheirTextOnlyOnRequest) {
   EXPECT_EQ(d.text, "lo[STOP]");
 }
 
-TEST_F(StopRulesTest, MinTokensSuppressesEarlyStops) {
+TEST_P(StopRulesTest, MinTokensSuppressesEarlyStops) {
   // EOS at 0 and 1 is suppressed (the model double samples the filler
   // instead); the stop string in token 2 is ignored, the one in token 4 is not.
   const Deltas d = run({kEos, kEos, kSpaceWor, kLo, kSpaceWor, kLd},
@@ -262,14 +269,14 @@ TEST_F(StopRulesTest, MinTokensSuppressesEarlyStops) {
   EXPECT_EQ(d.last.finish_reason, FinishReason::stop);
 }
 
-TEST_F(StopRulesTest, MaxModelLenEndsWithLength) {
+TEST_P(StopRulesTest, MaxModelLenEndsWithLength) {
   // Prompt of 2 tokens, context of 5: three tokens, although max_tokens is 10.
   const Deltas d = run({kLo, kLo, kLo, kLo, kLo}, stops(10), /*max_model_len=*/5);
   EXPECT_EQ(d.tokens.size(), 3u);
   EXPECT_EQ(d.last.finish_reason, FinishReason::length);
 }
 
-TEST_F(StopRulesTest, LogprobsArriveWithTheirTokens) {
+TEST_P(StopRulesTest, LogprobsArriveWithTheirTokens) {
   SamplingParams sampling;
   sampling.logprobs = 2;
   const Deltas d = run({kLo, kLd, kHel}, stops(3), 0, sampling);
@@ -278,6 +285,11 @@ TEST_F(StopRulesTest, LogprobsArriveWithTheirTokens) {
   EXPECT_EQ(d.last.logprobs[0].num_top, 2);
   EXPECT_FLOAT_EQ(d.last.logprobs[0].logprob, -1.0f);
 }
+
+INSTANTIATE_TEST_SUITE_P(Loops, StopRulesTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Pipelined" : "Synchronous";
+                         });
 
 }  // namespace
 }  // namespace vpod::engine
