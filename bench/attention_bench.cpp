@@ -73,6 +73,7 @@ struct Args {
   std::string dtype = "fp16";
   int prefill_splits = 0;
   int decode_splits = 0;
+  std::string decode_kernel = "auto";
   int min_iters = 20;
   int max_iters = 200;
   double target_ms = 300.0;
@@ -149,6 +150,26 @@ Timing time_runs(const Args& args, int sets, cudaStream_t stream, Launch launch)
   return {ms[iters / 2], ms.front(), iters};
 }
 
+// The read-only bandwidth ceiling of this GPU, measured like the kernels
+// (median of timed runs over 2 GiB, more than 40x L2): what decode streams
+// against. 0 when the buffer cannot be allocated.
+double measure_read_ceiling_tbps(const Args& args, int sm_count, cudaStream_t stream) {
+  constexpr std::size_t kBytes = std::size_t{2} << 30;
+  auto buffer = cuda::DeviceBuffer::allocate(kBytes);
+  auto sink = cuda::DeviceBuffer::allocate(16);
+  if (!buffer.ok() || !sink.ok()) return 0.0;
+  buffer->fill_bytes(0x5a, stream);
+  double best = 0.0;
+  for (int ctas_per_sm : {2, 4}) {
+    const Timing t = time_runs(args, 1, stream, [&](int) {
+      read_bandwidth_device(buffer->data(), kBytes, sm_count * ctas_per_sm, sink->as<unsigned>(),
+                            stream);
+    });
+    best = std::max(best, static_cast<double>(kBytes) / (t.median_ms * 1e-3) / 1e12);
+  }
+  return best;
+}
+
 struct Row {
   std::string case_name, layout;
   double ms = 0, tflops = 0, tbps = 0, flops = 0, bytes = 0;
@@ -157,6 +178,7 @@ struct Row {
   double max_err = 0, bound = 0;
   int iters = 0;
   std::size_t items = 0, combines = 0;
+  std::string kernel;  // decode: tile or heads
 };
 
 // Sampled rows of the batch the validation compares.
@@ -196,9 +218,10 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   const double flops = attention_flops(c, dims);
   const double bytes = attention_bytes(c, dims);
 
-  VPOD_ASSIGN_OR_RETURN(
-      AttentionPlan plan,
-      AttentionPlan::create(batch, dims, {sm_count, args.prefill_splits, args.decode_splits}));
+  PlanOptions options{sm_count, args.prefill_splits, args.decode_splits};
+  if (args.decode_kernel == "tile") options.decode_kernel = attention::DecodeKernel::tile;
+  if (args.decode_kernel == "heads") options.decode_kernel = attention::DecodeKernel::heads;
+  VPOD_ASSIGN_OR_RETURN(AttentionPlan plan, AttentionPlan::create(batch, dims, options));
   VPOD_ASSIGN_OR_RETURN(auto metadata, cuda::DeviceBuffer::allocate(plan.metadata_bytes()));
   VPOD_ASSIGN_OR_RETURN(auto workspace, cuda::DeviceBuffer::allocate(plan.workspace_bytes()));
   const AttentionBuffers buffers{metadata.data(), metadata.bytes(), workspace.data(),
@@ -361,6 +384,9 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     row.tbps = bytes / (t.median_ms * 1e-3) / 1e12;
     row.items = c.decode ? plan.decode_items().size() : plan.prefill_items().size();
     row.combines = c.decode ? plan.decode_combines().size() : plan.prefill_combines().size();
+    if (c.decode) {
+      row.kernel = plan.decode_kernel() == attention::DecodeKernel::heads ? "heads" : "tile";
+    }
     rows.push_back(row);
   };
   auto wants = [&](const char* layout) {
@@ -467,11 +493,14 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     add_row(layout, row, t);
   }
   VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), StatusCode::internal);
-  std::fprintf(stderr, "[attention bench] %s: %d input sets, %zu %s items, %zu combines\n",
+  std::fprintf(stderr, "[attention bench] %s: %d input sets, %zu %s items, %zu combines%s\n",
                c.name.c_str(), sets,
                c.decode ? plan.decode_items().size() : plan.prefill_items().size(),
                c.decode ? "decode" : "prefill",
-               c.decode ? plan.decode_combines().size() : plan.prefill_combines().size());
+               c.decode ? plan.decode_combines().size() : plan.prefill_combines().size(),
+               c.decode ? (plan.decode_kernel() == attention::DecodeKernel::heads ? ", heads kernel"
+                                                                                  : ", tile kernel")
+                        : "");
   return Status();
 }
 
@@ -494,6 +523,8 @@ int run(const Args& args) {
   }
   std::vector<Row> rows;
   bool all_valid = true;
+  const double read_ceiling =
+      measure_read_ceiling_tbps(args, prop.multiProcessorCount, stream->get());
   for (const Case& c : all_cases()) {
     if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
     const Status s = run_case(c, args, dims, prop.multiProcessorCount,
@@ -508,6 +539,7 @@ int run(const Args& args) {
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   fmt::print("vpod bench attention  {}  {}  {} (32 q heads, 8 kv heads, head_dim 128)\n", date,
              prop.name, dtype_name(*dtype));
+  fmt::print("read-only bandwidth ceiling (measured now, 2 GiB): {:.2f} TB/s\n", read_ceiling);
   fmt::print("{:<19} {:<10} {:>9} {:>8} {:>7} {:>6} {:>6} {:>8}  {}\n", "case", "layout", "ms",
              "TFLOP/s", "TB/s", "%771T", "%4.24", "vs p-l", "check");
   std::string last_case;
@@ -530,6 +562,9 @@ int run(const Args& args) {
     out["dtype"] = std::string(dtype_name(*dtype));
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
+    out["read_ceiling_tbps"] = read_ceiling;
+    out["decode_kernel"] = args.decode_kernel;
+    out["decode_splits"] = args.decode_splits;
     out["heads"] = {
         {"q", dims.num_q_heads}, {"kv", dims.num_kv_heads}, {"head_dim", dims.head_dim}};
     for (const Case& c : all_cases()) {
@@ -552,6 +587,7 @@ int run(const Args& args) {
                                 {"iters", r.iters},
                                 {"work_items", r.items},
                                 {"combines", r.combines},
+                                {"decode_kernel", r.kernel},
                                 {"valid", r.valid},
                                 {"max_err", r.max_err},
                                 {"bound", r.bound},
@@ -581,6 +617,10 @@ void add_attention_bench(CLI::App& bench) {
   cmd->add_option("--prefill-splits", args->prefill_splits,
                   "force KV splits per prefill tile (0: plan)");
   cmd->add_option("--decode-splits", args->decode_splits, "force KV splits per decode (0: plan)");
+  cmd->add_option("--decode-kernel", args->decode_kernel,
+                  "auto (VPOD_ATTENTION_DECODE or the default), tile or heads")
+      ->check(CLI::IsMember({"auto", "tile", "heads"}))
+      ->capture_default_str();
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {

@@ -29,7 +29,31 @@ __global__ void fill_random_kernel(std::uint16_t* data, std::size_t n, std::uint
   }
 }
 
+__global__ void __launch_bounds__(512)
+    read_kernel(const uint4* data, std::size_t n, unsigned* sink) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(data + i), b = __ldcs(data + i + stride),
+                c = __ldcs(data + i + 2 * stride), d = __ldcs(data + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
+           d.w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = __ldcs(data + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u && threadIdx.x == 0x1ffu) *sink = acc;
+}
+
 }  // namespace
+
+void read_bandwidth_device(const void* data, std::size_t bytes, int ctas, unsigned* sink,
+                           cudaStream_t stream) {
+  read_kernel<<<ctas, 512, 0, stream>>>(static_cast<const uint4*>(data), bytes / 16, sink);
+  VPOD_CUDA_CHECK_LAUNCH();
+}
 
 void fill_random_device(void* data, std::size_t count, std::uint64_t seed, bool bf16,
                         cudaStream_t stream) {

@@ -8,6 +8,7 @@
 // one-token prefill, paged == contiguous (bitwise), graph replay == launch.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -317,10 +318,12 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
     for (int d : {64, 128}) {
       const int prefill = detail::ctas_per_sm(detail::KernelKind::prefill, dtype, d).value();
       const int decode = detail::ctas_per_sm(detail::KernelKind::decode, dtype, d).value();
-      std::printf("[attention] %s d%d: prefill %d CTAs/SM, decode %d CTAs/SM\n",
-                  dtype_name(dtype).data(), d, prefill, decode);
+      const int heads = detail::ctas_per_sm(detail::KernelKind::decode_heads, dtype, d).value();
+      std::printf("[attention] %s d%d: prefill %d CTAs/SM, decode %d CTAs/SM, heads %d CTAs/SM\n",
+                  dtype_name(dtype).data(), d, prefill, decode, heads);
       EXPECT_GE(prefill, kPrefillCtasPerSm);
       EXPECT_GE(decode, kDecodeCtasPerSm);
+      EXPECT_GE(heads, kDecodeCtasPerSm);
     }
   }
 }
@@ -336,6 +339,52 @@ TEST(AttentionGpuTest, MatchesReferenceAcrossDtypesDimsGroupsLayouts) {
           const AttentionDims dims{2 * group, 2, d, dtype};
           run_and_check(dims, layout, sweep_batch(), options, rng, "sweep");
         }
+      }
+    }
+  }
+}
+
+// The heads decode kernel (one warp per KV head / head chunk, 4 per CTA)
+// whatever VPOD_ATTENTION_DECODE says: KV head counts that fill a CTA (8),
+// leave warps idle (3, 6: CTAs of 4 + 2), MHA, group 7, two head chunks per
+// KV head (group 20); planned and forced splits (merged per warp, counters
+// reset: every step runs twice); paged == contiguous bit for bit.
+TEST(AttentionGpuTest, HeadsDecodeKernelMatchesReference) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const HybridBatch decodes = make_batch({}, {1, 17, 255, 4095, 16385, 1000});
+  struct Shape {
+    int kv_heads, group;
+  };
+  int runs = 0;
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int d : {64, 128}) {
+      for (Shape shape : {Shape{8, 4}, Shape{6, 7}, Shape{3, 1}, Shape{2, 20}}) {
+        const AttentionDims dims{shape.kv_heads * shape.group, shape.kv_heads, d, dtype};
+        const int splits = std::array<int, 3>{0, 7, 64}[runs % 3];
+        const KvLayout layout = runs % 2 == 0 ? KvLayout::per_layer : KvLayout::all_layers;
+        const KvLayout paged = d == 64 ? KvLayout::paged256 : KvLayout::paged16;
+        ++runs;
+        PlanOptions options{num_sms(), 0, splits};
+        options.decode_kernel = DecodeKernel::heads;
+        const std::uint64_t seed = rng();
+        std::mt19937_64 rng_a(seed), rng_b(seed);
+        HostKvCache contiguous(dims, layout, num_seqs(decodes), max_context(decodes), rng_a);
+        HostKvCache in_pages(dims, paged, num_seqs(decodes), max_context(decodes), rng_b);
+        rng_a.seed(seed);  // the same cached values, in different places
+        rng_b.seed(seed);
+        contiguous.fill_cached(decodes, rng_a);
+        in_pages.fill_cached(decodes, rng_b);
+        const StepInputs in = random_inputs(dims, decodes.num_tokens(), rng_a);
+        const float scale = 1.f / std::sqrt(static_cast<float>(d));
+        GpuAttention gpu_contiguous(contiguous), gpu_paged(in_pages);
+        const auto out = gpu_contiguous.step(decodes, in, options, scale);
+        const auto out_paged = gpu_paged.step(decodes, in, options, scale);
+        char label[96];
+        std::snprintf(label, sizeof label, "heads splits %d", splits);
+        compare_with_reference(contiguous, decodes, in, out, scale, rows_to_check(decodes, rng_a),
+                               label_of(dims, layout, label).c_str());
+        EXPECT_TRUE(out == out_paged) << label_of(dims, paged, label);
       }
     }
   }

@@ -124,6 +124,8 @@ void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batc
               [](auto* a, auto* b) { return a->kv_begin < b->kv_begin; });
     int expected_begin = 0;
     for (const DecodeWorkItem* item : items) {
+      EXPECT_EQ(item->slot, batch.decodes[i].slot);
+      EXPECT_EQ(item->token_offset, batch.decodes[i].token_offset);
       EXPECT_EQ(item->kv_begin, expected_begin);
       EXPECT_EQ(item->kv_begin % kDecodeBlockN, 0);
       expected_begin = item->kv_end;
@@ -212,17 +214,35 @@ TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
 }
 
 TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
+  PlanOptions tile = h200();
+  tile.decode_kernel = DecodeKernel::tile;
   // 64 x 8K: 512 CTAs already fill 264 slots twice; no split.
-  auto big =
-      AttentionPlan::create(make_batch({}, std::vector<int>(64, 8192)), llama_dims(), h200());
+  auto big = AttentionPlan::create(make_batch({}, std::vector<int>(64, 8192)), llama_dims(), tile);
   ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(big->decode_ctas_per_item(), 8);
   EXPECT_EQ(big->decode_items().size(), 64u);
   // 16 x 16K: 128 CTAs leave half the slots idle; split.
-  auto few =
-      AttentionPlan::create(make_batch({}, std::vector<int>(16, 16384)), llama_dims(), h200());
+  auto few = AttentionPlan::create(make_batch({}, std::vector<int>(16, 16384)), llama_dims(), tile);
   ASSERT_TRUE(few.ok());
   EXPECT_GE(few->decode_items().size(), 32u);
   EXPECT_EQ(few->decode_combines().size(), 16u);
+  // The heads kernel has 4 KV heads per CTA (2 CTAs per decode here), so the
+  // same batches split until ~one wave of 264 CTAs: 64 x 8K in 2, 16 x 16K in 8.
+  PlanOptions heads = h200();
+  heads.decode_kernel = DecodeKernel::heads;
+  auto big_heads =
+      AttentionPlan::create(make_batch({}, std::vector<int>(64, 8192)), llama_dims(), heads);
+  ASSERT_TRUE(big_heads.ok());
+  EXPECT_EQ(big_heads->decode_kernel(), DecodeKernel::heads);
+  EXPECT_EQ(big_heads->decode_ctas_per_item(), 2);
+  EXPECT_EQ(big_heads->decode_items().size(), 128u);
+  auto few_heads =
+      AttentionPlan::create(make_batch({}, std::vector<int>(16, 16384)), llama_dims(), heads);
+  ASSERT_TRUE(few_heads.ok());
+  EXPECT_EQ(few_heads->decode_items().size(), 128u);
+  // One arrival counter per (decode, KV head): the heads kernel's warps count alone.
+  EXPECT_EQ(few_heads->decode_counter_count(), 16u * 8u);
   // Forced splits are honoured (and clipped to the context).
   auto forced = AttentionPlan::create(make_batch({}, {1000, 17}), llama_dims(), {kH200Sms, 0, 4});
   ASSERT_TRUE(forced.ok());

@@ -71,12 +71,20 @@ struct PagedKvView {
   int max_blocks_per_slot = 0;
 };
 
+// The decode kernel a plan is cut for (docs/attention.md).
+enum class DecodeKernel {
+  automatic,  // VPOD_ATTENTION_DECODE=tile|heads when set, else the default (tile)
+  tile,       // one CTA per (split, KV head, head chunk); its 4 warps share the keys
+  heads,      // one CTA per (split, 4 KV heads / head chunks); one warp per head
+};
+
 struct PlanOptions {
   int num_sms = 0;  // SMs of the GPU the plan runs on (GpuInfo::sm_count); required
   // 0: the planner decides. n > 0: force n KV splits per prefill tile / decode
   // (clipped so no split is empty). For tests and experiments.
   int prefill_splits = 0;
   int decode_splits = 0;
+  DecodeKernel decode_kernel = DecodeKernel::automatic;
 };
 
 // Device memory a plan needs, owned by the caller and sized once for the
@@ -118,6 +126,9 @@ class AttentionPlan {
   const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }
   int partial_rows() const { return partial_rows_; }
   int decode_head_chunks() const;
+  // The decode kernel (never automatic) and its CTAs per decode item.
+  DecodeKernel decode_kernel() const { return decode_kernel_; }
+  int decode_ctas_per_item() const;
   // Arrival counters of the decode splits in the workspace (one per combine,
   // KV head and head chunk); upload() zeroes them.
   std::size_t decode_counter_count() const;
@@ -138,6 +149,7 @@ class AttentionPlan {
   std::vector<CombineItem> decode_combines_;
   std::vector<TokenSlot> token_slots_;
   int partial_rows_ = 0;
+  DecodeKernel decode_kernel_ = DecodeKernel::tile;
   PlanLayout layout_;
   std::vector<std::byte> metadata_;  // host image of the device metadata
 

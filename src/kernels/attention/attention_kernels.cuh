@@ -9,6 +9,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.h"
+#include "kernels/attention/decode_heads_tile.cuh"
 #include "kernels/attention/decode_tile.cuh"
 #include "kernels/attention/prefill_tile.cuh"
 #include "kernels/attention/prefill_wgmma.cuh"
@@ -43,16 +44,16 @@ __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
 // The split-KV merge folded into the decode kernel: every split CTA of a
 // (decode, KV head, head chunk) group counts itself in after writing its
 // partial rows; the last one merges the group's rows by their log-sum-exp
-// (the combine kernel's arithmetic, splits in order) and resets the counter,
-// so the next launch or graph replay starts from zero again.
+// (merge_partial_rows: one pass, splits in order) and resets the counter, so
+// the next launch or graph replay starts from zero again.
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, int combine,
                                                     int kv_head, int head_chunk, int tid) {
   using E = ElementTraits<T>;
   __shared__ int is_last;
+  const CombineItem c = p.plan.decode_combines[combine];
   __threadfence();  // this CTA's partial rows are visible device-wide before it counts
   __syncthreads();
-  const CombineItem c = p.plan.decode_combines[combine];
   if (tid == 0) {
     int* counter =
         p.plan.decode_counters +
@@ -72,32 +73,11 @@ __device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, in
   if (row >= rows) return;
   const int head = kv_head * p.group_size + head_chunk * kDecodeRows + row;
   const int col0 = (tid % kThreadsPerRow) * kCols;
-  float overall_max = -INFINITY;
-  for (int s = 0; s < c.num_splits; ++s) {
-    const std::int64_t prow =
-        static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * p.num_q_heads + head;
-    overall_max = fmaxf(overall_max, __ldcg(p.plan.partial_lse + prow));
-  }
-  const float base = overall_max == -INFINITY ? 0.f : overall_max;
   float acc[kCols];
-#pragma unroll
-  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
-  float total = 0.f;
-  for (int s = 0; s < c.num_splits; ++s) {
-    const std::int64_t prow =
-        static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * p.num_q_heads + head;
-    const float w = exp2_approx(__ldcg(p.plan.partial_lse + prow) - base);
-    total += w;
-    const float4* src = reinterpret_cast<const float4*>(p.plan.partial_o + prow * kHeadDim + col0);
-#pragma unroll
-    for (int i = 0; i < kCols / 4; ++i) {
-      const float4 v = __ldcg(src + i);
-      acc[4 * i] += w * v.x;
-      acc[4 * i + 1] += w * v.y;
-      acc[4 * i + 2] += w * v.z;
-      acc[4 * i + 3] += w * v.w;
-    }
-  }
+  float running_max = -INFINITY, total = 0.f;
+  merge_partial_rows<kCols>(p.plan.partial_o, p.plan.partial_lse, c,
+                            static_cast<std::int64_t>(p.num_q_heads), head, kHeadDim, col0, acc,
+                            running_max, total);
   const float inv = total > 0.f ? 1.f / total : 0.f;
   T* dst = static_cast<T*>(p.out) + static_cast<std::int64_t>(c.token) * p.out_token_stride +
            static_cast<std::int64_t>(head) * kHeadDim + col0;

@@ -18,6 +18,11 @@ Status launch_prefill_bf16(const AttentionParams& params, int head_dim, cudaStre
 // grid = (num_kv_heads * decode_head_chunks, num_decode_items)
 Status launch_decode_f16(const AttentionParams& params, int head_dim, cudaStream_t stream);
 Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+// The heads decode kernel: grid = (ceil(units / kDecodeHeadsPerCta),
+// num_decode_items), units = num_kv_heads * decode_head_chunks.
+Status launch_decode_heads(const AttentionParams& params, DType dtype, int head_dim,
+                           cudaStream_t stream);
+Result<int> decode_heads_ctas_per_sm(DType dtype, int head_dim);
 // Merges KV splits: one CTA per combine item.
 Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cudaStream_t stream);
 Status launch_append(const AppendParams& params, cudaStream_t stream);
@@ -27,7 +32,7 @@ Status launch_append(const AppendParams& params, cudaStream_t stream);
 KvAddressing contiguous_addressing(const KvLayerView& kv);
 KvAddressing paged_addressing(const PagedKvView& kv);
 
-enum class KernelKind { prefill, decode };
+enum class KernelKind { prefill, decode, decode_heads };
 // CTAs of a kernel that fit on one SM of the current device (occupancy query).
 Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim);
 Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim);

@@ -120,9 +120,13 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
     return env != nullptr && std::string_view(env) == "kernel";
   }();
   if (combine_kernel) p.plan.decode_counters = nullptr;
-  VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
-                           ? detail::launch_decode_f16(p, dims.head_dim, stream)
-                           : detail::launch_decode_bf16(p, dims.head_dim, stream));
+  if (plan.decode_kernel() == DecodeKernel::heads) {
+    VPOD_RETURN_IF_ERROR(detail::launch_decode_heads(p, dims.dtype, dims.head_dim, stream));
+  } else {
+    VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
+                             ? detail::launch_decode_f16(p, dims.head_dim, stream)
+                             : detail::launch_decode_bf16(p, dims.head_dim, stream));
+  }
   if (p.plan.decode_counters != nullptr) return Status();
   const CombineParams c =
       make_combine(p, plan, p.plan.decode_combines, plan.decode_combines().size());

@@ -129,6 +129,9 @@ Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cu
 }
 
 Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim) {
+  if (kind == KernelKind::decode_heads && (dtype == DType::f16 || dtype == DType::bf16)) {
+    return decode_heads_ctas_per_sm(dtype, head_dim);
+  }
   if (dtype == DType::f16) return ctas_per_sm_f16(kind, head_dim);
   if (dtype == DType::bf16) return ctas_per_sm_bf16(kind, head_dim);
   return unimplemented("attention kernels support fp16 and bf16");

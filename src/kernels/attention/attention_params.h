@@ -25,6 +25,8 @@ inline constexpr int kAttentionThreads = 128;
 // the planner sizes waves with them.
 inline constexpr int kPrefillCtasPerSm = 2;
 inline constexpr int kDecodeCtasPerSm = 2;
+// The heads decode kernel: one warp per (KV head, head chunk), 4 per CTA.
+inline constexpr int kDecodeHeadsPerCta = 4;
 
 // ---------------------------------------------------------------------------
 // Work lists (built by AttentionPlan, read by the kernels).
@@ -52,14 +54,20 @@ struct PrefillWorkItem {
   std::int32_t cost;         // key blocks to process (planner's estimate)
 };
 
-// One decode CTA per (item, KV head, head chunk): keys [kv_begin, kv_end) of
-// decode `seq`; kv_begin is a multiple of kDecodeBlockN.
-struct DecodeWorkItem {
+// One decode CTA per (item, KV head, head chunk), or per (item, group of
+// kDecodeHeadsPerCta heads) for the heads kernel: keys [kv_begin, kv_end) of
+// decode `seq`; kv_begin is a multiple of kDecodeBlockN. The item repeats the
+// sequence's slot and token row, so a CTA starts its K/V loads after one
+// 32-byte load (two vector loads) instead of two dependent ones.
+struct alignas(16) DecodeWorkItem {
   std::int32_t seq;  // index into the decode sequences
   std::int32_t kv_begin;
   std::int32_t kv_end;
-  std::int32_t partial_row;  // -1: writes `out`; else the partial row of this split
-  std::int32_t combine;      // -1 when unsplit; else the index of its decode combine item
+  std::int32_t partial_row;   // -1: writes `out`; else the partial row of this split
+  std::int32_t combine;       // -1 when unsplit; else the index of its decode combine item
+  std::int32_t slot;          // decode_seqs[seq].slot
+  std::int32_t token_offset;  // decode_seqs[seq].token_offset (row of q / out)
+  std::int32_t reserved = 0;
 };
 
 // One output token whose value is merged from KV splits: split s of row r

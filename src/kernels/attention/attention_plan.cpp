@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <queue>
+#include <string_view>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -126,6 +128,27 @@ Status validate_dims(const AttentionDims& dims) {
 
 int AttentionPlan::decode_head_chunks() const { return ceil_div(dims_.group_size(), kDecodeRows); }
 
+int AttentionPlan::decode_ctas_per_item() const {
+  const int units = dims_.num_kv_heads * decode_head_chunks();
+  return decode_kernel_ == DecodeKernel::heads ? ceil_div(units, kDecodeHeadsPerCta) : units;
+}
+
+namespace {
+
+// PlanOptions::decode_kernel, with `automatic` resolved: VPOD_ATTENTION_DECODE
+// (tile or heads) when set, else the default.
+DecodeKernel resolve_decode_kernel(DecodeKernel requested) {
+  if (requested != DecodeKernel::automatic) return requested;
+  static const DecodeKernel from_env = [] {
+    const char* env = std::getenv("VPOD_ATTENTION_DECODE");
+    if (env != nullptr && std::string_view(env) == "heads") return DecodeKernel::heads;
+    return DecodeKernel::tile;
+  }();
+  return from_env;
+}
+
+}  // namespace
+
 Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const AttentionDims& dims,
                                             const PlanOptions& options) {
   VPOD_RETURN_IF_ERROR(validate_dims(dims));
@@ -137,6 +160,7 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
 
   AttentionPlan plan;
   plan.dims_ = dims;
+  plan.decode_kernel_ = resolve_decode_kernel(options.decode_kernel);
   plan.num_prefill_tokens_ = batch.num_prefill_tokens();
   plan.num_decode_tokens_ = batch.num_decode_tokens();
   for (const auto* list : {&batch.prefills, &batch.decodes}) {
@@ -244,7 +268,13 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   // chunk is the one with the smallest estimated makespan of the decode grid
   // on num_sms * kDecodeCtasPerSm CTA slots, counting each CTA's fixed cost
   // and the combine a split needs.
-  const int heads_per_item = dims.num_kv_heads * plan.decode_head_chunks();
+  // A heads CTA reads the keys of up to kDecodeHeadsPerCta units: its cost is
+  // that many one-head blocks per key block.
+  const int ctas_per_item = plan.decode_ctas_per_item();
+  const int units_per_cta =
+      plan.decode_kernel_ == DecodeKernel::heads
+          ? std::min(kDecodeHeadsPerCta, dims.num_kv_heads * plan.decode_head_chunks())
+          : 1;
   const int decode_slots = options.num_sms * kDecodeCtasPerSm;
   const double combine_overhead = kDecodeCombineOverheadBlocks128 * 128.0 / dims.head_dim;
   std::vector<int> decode_blocks;
@@ -266,7 +296,7 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       last_chunk = chunk;
       long long ctas = 0;
       for (int blocks : decode_blocks) ctas += splits_for(blocks, chunk);
-      ctas *= heads_per_item;
+      ctas *= ctas_per_item;
       // Beyond four waves a finer split only adds fixed costs (and planning time).
       if (n > 1 && ctas > 4LL * decode_slots) break;
       std::vector<double> costs;
@@ -277,7 +307,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
         const int per = ceil_div(blocks, splits);
         for (int j = 0; j < splits; ++j) {
           const int b = std::min(per, blocks - j * per);
-          for (int h = 0; h < heads_per_item; ++h) costs.push_back(b + kDecodeCtaOverheadBlocks);
+          for (int h = 0; h < ctas_per_item; ++h) {
+            costs.push_back(b * units_per_cta + kDecodeCtaOverheadBlocks);
+          }
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
@@ -306,7 +338,8 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       const int kv_end = std::min((j + 1) * per * kDecodeBlockN, ctx);
       plan.decode_items_.push_back(
           {i, kv_begin, kv_end, splits > 1 ? partial_base + j : -1,
-           splits > 1 ? static_cast<std::int32_t>(plan.decode_combines_.size()) - 1 : -1});
+           splits > 1 ? static_cast<std::int32_t>(plan.decode_combines_.size()) - 1 : -1,
+           batch.decodes[i].slot, batch.decodes[i].token_offset, 0});
     }
   }
   std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),

@@ -88,7 +88,6 @@ struct DecodeTile {
                              int head_chunk, char* smem, int tid) {
     const int warp = tid / 32;
     const int lane = tid % 32;
-    const SequenceDesc seq = p.plan.decode_seqs[item.seq];
     const int head0 = kv_head * p.group_size + head_chunk * kRows;
     const int rows = min(kRows, p.group_size - head_chunk * kRows);
     const std::uint32_t s_q = smem_addr(smem);
@@ -96,7 +95,7 @@ struct DecodeTile {
 
     // The query heads are consecutive rows of D elements.
     const T* q_rows = static_cast<const T*>(p.q) +
-                      static_cast<std::int64_t>(seq.token_offset) * p.q_token_stride +
+                      static_cast<std::int64_t>(item.token_offset) * p.q_token_stride +
                       static_cast<std::int64_t>(head0) * kHeadDim;
     load_tile_async<kRows, kHeadDim, kThreads>(s_q, tid, p.q, [&](int row) -> const void* {
       return row < rows ? q_rows + row * kHeadDim : nullptr;
@@ -105,7 +104,7 @@ struct DecodeTile {
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
       if (stage < num_blocks) {
-        load_stage(s_pipe + stage * kSmemStage, p.kv, seq.slot, kv_head,
+        load_stage(s_pipe + stage * kSmemStage, p.kv, item.slot, kv_head,
                    item.kv_begin + stage * kBlockN, item.kv_end, tid);
       }
       cp_async_commit();  // the Q tile rides in the first group
@@ -136,7 +135,7 @@ struct DecodeTile {
       {
         const int next = block + kStages - 1;
         if (next < num_blocks) {
-          load_stage(s_pipe + (next % kStages) * kSmemStage, p.kv, seq.slot, kv_head,
+          load_stage(s_pipe + (next % kStages) * kSmemStage, p.kv, item.slot, kv_head,
                      item.kv_begin + next * kBlockN, item.kv_end, tid);
         }
         cp_async_commit();
@@ -269,7 +268,7 @@ struct DecodeTile {
     }
     if (item.partial_row < 0) {
       T* dst = static_cast<T*>(p.out) +
-               static_cast<std::int64_t>(seq.token_offset) * p.out_token_stride +
+               static_cast<std::int64_t>(item.token_offset) * p.out_token_stride +
                static_cast<std::int64_t>(head0 + row) * kHeadDim + col0;
 #pragma unroll
       for (int c = 0; c < kColsPerThread; c += 8) {
