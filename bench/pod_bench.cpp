@@ -94,6 +94,9 @@ struct Args {
   std::uint64_t seed = 2026;
   bool named = true;
   bool strict_prefill_limit = false;
+  std::string prefill_tile = "auto";
+  bool compare_ratio = false;  // also time POD with the other ratio policy  // auto: wgmma where
+                               // the GPU runs it; mma: mma.sync
   int min_iters = 10;
   int max_iters = 100;
   double target_ms = 150.0;
@@ -163,6 +166,7 @@ Timing time_runs(double target_ms, int min_iters, int max_iters, cudaStream_t st
 struct Row {
   PodCase c;
   double pod_ms = 0, serial_ms = 0, bound_ms = 0, flops = 0, bytes = 0;
+  double other_ratio_ms = 0;  // --compare-ratio: POD with the other ratio policy
   double max_diff = 0;
   bool valid = false;
   attention::PodConfig config;
@@ -179,10 +183,10 @@ struct Bench {
   attention::PodCounters counters;
   KvLayerView kv;
 
-  static Result<Bench> create(const AttentionDims& dims, cudaStream_t stream) {
+  static Result<Bench> create(const AttentionDims& dims, bool allow_wgmma, cudaStream_t stream) {
     Bench b;
     b.dims = dims;
-    VPOD_ASSIGN_OR_RETURN(b.device, attention::query_pod_device(dims));
+    VPOD_ASSIGN_OR_RETURN(b.device, attention::query_pod_device(dims, allow_wgmma));
     const std::size_t elem = dtype_size(dims.dtype);
     const std::size_t token = static_cast<std::size_t>(dims.num_kv_heads) * dims.head_dim;
     const std::size_t cache = (kMaxDecodes + 1) * static_cast<std::size_t>(kMaxCtx) * token * elem;
@@ -233,6 +237,13 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
   VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
+  // The other ratio policy: the same work lists (the ratio only changes how a
+  // CTA's ticket picks its kind), so the same uploaded metadata serves both.
+  attention::PodOptions other_options = options;
+  other_options.ratio = options.ratio == attention::PodRatio::even
+                            ? attention::PodRatio::proportional
+                            : attention::PodRatio::even;
+  VPOD_ASSIGN_OR_RETURN(PodPlan other_plan, PodPlan::create(batch, dims, other_options));
   VPOD_ASSIGN_OR_RETURN(AttentionPlan serial_plan,
                         AttentionPlan::create(batch, dims, {b.device.num_sms, 0, 0}));
   const AttentionPlan& pp = pod_plan.attention();
@@ -256,6 +267,12 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
     if (launch_status.ok()) {
       launch_status =
           attention::pod(pod_plan, pod_buffers, b.counters, q, b.kv, out_pod, scale, stream);
+    }
+  };
+  auto launch_other = [&] {
+    if (launch_status.ok()) {
+      launch_status =
+          attention::pod(other_plan, pod_buffers, b.counters, q, b.kv, out_pod, scale, stream);
     }
   };
   auto launch_serial = [&] {
@@ -307,8 +324,16 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   const Timing ts1 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_serial);
   const Timing tp2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_pod);
   const Timing ts2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_serial);
+  if (args.compare_ratio) {
+    const Timing to1 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_other);
+    const Timing tp3 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_pod);
+    const Timing to2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_other);
+    row.other_ratio_ms = std::min(to1.median_ms, to2.median_ms);
+    row.pod_ms = std::min({tp1.median_ms, tp2.median_ms, tp3.median_ms});
+  } else {
+    row.pod_ms = std::min(tp1.median_ms, tp2.median_ms);
+  }
   VPOD_RETURN_IF_ERROR(launch_status);
-  row.pod_ms = std::min(tp1.median_ms, tp2.median_ms);
   row.serial_ms = std::min(ts1.median_ms, ts2.median_ms);
   return Status();
 }
@@ -343,7 +368,8 @@ int run(const Args& args) {
   for (const PodCase& c : cases) {
     if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
     if (!benches.count(c.kv_heads)) {
-      auto b = Bench::create({c.q_heads, c.kv_heads, 128, *dtype}, stream->get());
+      auto b = Bench::create({c.q_heads, c.kv_heads, 128, *dtype}, args.prefill_tile != "mma",
+                             stream->get());
       if (!b.ok()) {
         fmt::print(stderr, "vpod bench pod: {}\n", b.status().to_string());
         return 1;
@@ -362,21 +388,25 @@ int run(const Args& args) {
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  const bool wgmma = !rows.empty() && rows.front().config.wgmma_prefill;
   fmt::print(
-      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}{}\n", date, prop.name,
-      dtype_name(*dtype), args.ratio,
+      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}, POD prefill tile "
+      "{}{}\n",
+      date, prop.name, dtype_name(*dtype), args.ratio,
       args.virtual_decode == 0 ? std::string("planner") : std::to_string(args.virtual_decode),
+      wgmma ? "wgmma" : "mma.sync",
       args.strict_prefill_limit ? ", strict prefill limit (2 x SMs)" : "");
   fmt::print("{:<34} {:>9} {:>9} {:>8} {:>9} {:>8}  {:<26} {}\n", "case", "POD ms", "serial ms",
              "speedup", "bound ms", "POD/bnd", "plan (splits p/d, CTAs p+d)", "check");
   bool all_valid = true;
-  std::vector<double> sweep_speedups;
+  std::vector<double> sweep_speedups, other_speedups;
   int within = 0, sweep_n = 0;
   for (const Row& r : rows) {
     all_valid = all_valid && r.valid;
     const double speedup = r.serial_ms / r.pod_ms;
     if (!r.c.named) {
       sweep_speedups.push_back(speedup);
+      if (r.other_ratio_ms > 0) other_speedups.push_back(r.serial_ms / r.other_ratio_ms);
       ++sweep_n;
       within += r.pod_ms <= 1.25 * r.bound_ms;
     }
@@ -402,8 +432,29 @@ int run(const Args& args) {
         *std::max_element(sweep_speedups.begin(), sweep_speedups.end()), within, sweep_n,
         100.0 * within / sweep_n);
   }
+  const char* other_ratio = args.ratio == "proportional" ? "even" : "proportional";
+  if (!other_speedups.empty()) {
+    double mean = 0;
+    for (double x : other_speedups) mean += x;
+    mean /= static_cast<double>(other_speedups.size());
+    int better = 0;
+    for (const Row& r : rows) better += !r.c.named && r.other_ratio_ms < r.pod_ms;
+    fmt::print(
+        "sweep with ratio {} instead: speedup mean {:.3f}x, median {:.3f}x, min {:.3f}x, max "
+        "{:.3f}x; faster than ratio {} on {}/{} cases\n",
+        other_ratio, mean, median(other_speedups),
+        *std::min_element(other_speedups.begin(), other_speedups.end()),
+        *std::max_element(other_speedups.begin(), other_speedups.end()), args.ratio, better,
+        static_cast<int>(other_speedups.size()));
+  }
   for (const Row& r : rows) {
-    if (r.c.named) fmt::print("plan {}: {}\n", r.c.name, r.config.reason);
+    if (r.c.named) {
+      fmt::print("plan {}: {}\n", r.c.name, r.config.reason);
+      if (r.other_ratio_ms > 0) {
+        fmt::print("  ratio {}: {:.4f} ms ({:.3f}x of serial)\n", other_ratio, r.other_ratio_ms,
+                   r.serial_ms / r.other_ratio_ms);
+      }
+    }
   }
   if (!args.json_path.empty()) {
     json out;
@@ -415,6 +466,8 @@ int run(const Args& args) {
     out["ratio"] = args.ratio;
     out["strict_prefill_limit"] = args.strict_prefill_limit;
     out["virtual_decode"] = args.virtual_decode;
+    out["pod_prefill_tile"] = wgmma ? "wgmma" : "mma.sync";
+    out["compare_ratio"] = args.compare_ratio;
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
     out["seed"] = args.seed;
@@ -430,6 +483,8 @@ int run(const Args& args) {
                                 {"pod_ms", r.pod_ms},
                                 {"serial_ms", r.serial_ms},
                                 {"speedup", r.serial_ms / r.pod_ms},
+                                {"other_ratio_ms", r.other_ratio_ms},
+                                {"wgmma_prefill", r.config.wgmma_prefill},
                                 {"bound_ms", r.bound_ms},
                                 {"flops", r.flops},
                                 {"bytes", r.bytes},
@@ -466,6 +521,12 @@ void add_pod_bench(CLI::App& bench) {
   cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
   cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
   cmd->add_option("--ratio", args->ratio, "proportional or even")->capture_default_str();
+  cmd->add_flag("--compare-ratio", args->compare_ratio,
+                "also time POD with the other ratio policy (same plan) and summarize it");
+  cmd->add_option("--prefill-tile", args->prefill_tile,
+                  "POD's prefill tile: auto (wgmma where the GPU runs it) or mma")
+      ->check(CLI::IsMember({"auto", "mma"}))
+      ->capture_default_str();
   cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")
       ->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits, "force prefill KV splits (0: plan)");

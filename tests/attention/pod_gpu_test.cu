@@ -1,13 +1,17 @@
 // GPU tests of the fused POD kernel (label gpu). Every batch gets fresh random
 // K/V, queries and NaN-poisoned outputs, caches and workspaces. For each batch:
 //   - POD's prefill rows equal the separate prefill kernel's bit for bit (same
-//     tile code, same plan), and so do its decode rows with one decode tile
-//     per CTA; with two (virtual decode CTAs, a different reduction order)
-//     they stay within the test tolerance of the separate decode kernel;
+//     tile code, same plan: the wgmma tile on sm_90a, else mma.sync; a test
+//     forces POD's mma.sync tile where the separate kernel runs wgmma, and
+//     checks it against the reference only), and so do its decode rows with
+//     one decode tile per CTA (split decodes merged in the kernel in both);
+//     with two (virtual decode CTAs, a different reduction order) they stay
+//     within the test tolerance of the separate decode kernel;
 //   - POD's rows match the CPU fp64 reference on sampled rows within twice a
 //     naive same-precision implementation's error plus FlashAttention-3's atol;
 //   - every output element is finite (nothing left poisoned) and the
-//     scheduling counters are zero again after the launch.
+//     scheduling counters and the decode merge counters are zero again after
+//     the launch.
 // Plus the edge cases of issue #5, placement independence under a concurrent
 // kernel that occupies SMs, and CUDA graph replay.
 #include <gtest/gtest.h>
@@ -24,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "cuda/device_buffer.h"
 #include "cuda/graph.h"
@@ -54,9 +59,6 @@ __global__ void occupy_sms_kernel(unsigned long long ns, int* started) {
 
 namespace {
 
-// The separate prefill kernel this test compares with bit for bit is the
-// mma.sync one (PrefillTile, which POD runs); the launcher reads this once.
-const bool kPrefillIsMma = [] { return setenv("VPOD_ATTENTION_PREFILL", "mma", 1) == 0; }();
 // Progress lines reach the log even if a test is killed.
 const bool kUnbuffered = [] { return std::setvbuf(stdout, nullptr, _IONBF, 0) == 0; }();
 
@@ -84,12 +86,13 @@ int max_context(const HybridBatch& b) {
   return m;
 }
 
-const PodDevice& device_for(const AttentionDims& dims) {
-  static std::map<std::pair<int, int>, PodDevice> cache;
-  const auto key = std::pair{static_cast<int>(dims.dtype), dims.head_dim};
+// The device as POD sees it; allow_wgmma = false: with the mma.sync prefill tile.
+const PodDevice& device_for(const AttentionDims& dims, bool allow_wgmma = true) {
+  static std::map<std::tuple<int, int, bool>, PodDevice> cache;
+  const auto key = std::tuple{static_cast<int>(dims.dtype), dims.head_dim, allow_wgmma};
   auto it = cache.find(key);
   if (it == cache.end()) {
-    auto dev = query_pod_device(dims);
+    auto dev = query_pod_device(dims, allow_wgmma);
     EXPECT_TRUE(dev.ok()) << dev.status().to_string();
     it = cache.emplace(key, dev.ok() ? *dev : PodDevice{}).first;
   }
@@ -232,6 +235,17 @@ class PodRun {
               cudaSuccess);
     return std::all_of(host.begin(), host.end(), [](std::uint32_t x) { return x == 0; });
   }
+  // The decode splits' arrival counters in the workspace (the kernel's merge
+  // resets them; nothing else writes them between upload and this check).
+  bool merge_counters_are_zero() const {
+    const std::size_t n = plan_->attention().decode_counter_count();
+    if (n == 0) return true;
+    std::vector<std::int32_t> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), plan_->attention().pointers(buffers_).decode_counters, n * 4,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return std::all_of(host.begin(), host.end(), [](std::int32_t x) { return x == 0; });
+  }
 
   // The fp64 and naive same-precision references of `rows` (computed once,
   // compared with several outputs).
@@ -295,6 +309,7 @@ class PodRun {
     return static_cast<std::size_t>(dims_.num_q_heads) * dims_.head_dim;
   }
   DType dtype() const { return dims_.dtype; }
+  const AttentionDims& dims() const { return dims_; }
 
  private:
   float scale() const { return 1.f / std::sqrt(static_cast<float>(dims_.head_dim)); }
@@ -380,6 +395,7 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
   const PodConfig& cfg = run.plan().config();
   const std::vector<std::uint16_t> fused = run.run_pod();
   const bool zero = run.counters_are_zero();
+  const bool merge_zero = run.merge_counters_are_zero();
   const std::vector<std::uint16_t> serial = run.run_serial();
   bool ok = true;
   auto fail = [&](const std::string& what) {
@@ -388,6 +404,7 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
                   << "\n  plan: " << cfg.reason;
   };
   if (!zero) fail("scheduling counters are not zero after the launch");
+  if (!merge_zero) fail("decode merge counters are not zero after the launch");
   for (std::size_t i = 0; i < fused.size(); ++i) {
     if (!std::isfinite(to_float(run.dtype(), fused[i]))) {
       fail("POD output element " + std::to_string(i) + " (row " +
@@ -414,7 +431,9 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
       }
     }
   }
-  if (prefill_diff > 0) {
+  // The separate prefill kernel runs the wgmma tile where POD's default does.
+  const bool same_prefill_tile = cfg.wgmma_prefill == device_for(run.dims()).wgmma_prefill;
+  if (same_prefill_tile && prefill_diff > 0) {
     fail(std::to_string(prefill_diff) + " prefill elements differ from the prefill kernel's");
   }
   if (cfg.virtual_decode == 1 && decode_diff > 0) {
@@ -441,10 +460,11 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
          " at row " + std::to_string(decode_worst));
   }
   std::printf(
-      "[pod] %-40s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= %.2e"
-      " decode diff %.1e\n",
-      label.c_str(), cfg.grid, cfg.prefill_ctas, cfg.decode_ctas, cfg.virtual_decode,
-      cfg.prefill_splits, cfg.decode_splits, c.err, c.bound, decode_max);
+      "[pod] %-40s %s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= "
+      "%.2e decode diff %.1e\n",
+      label.c_str(), cfg.wgmma_prefill ? "wgmma" : "mma", cfg.grid, cfg.prefill_ctas,
+      cfg.decode_ctas, cfg.virtual_decode, cfg.prefill_splits, cfg.decode_splits, c.err, c.bound,
+      decode_max);
   return ok;
 }
 
@@ -466,16 +486,28 @@ std::string label_of(const char* what, const AttentionDims& d, KvLayout layout, 
 
 TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
   VPOD_REQUIRE_GPU();
-  EXPECT_TRUE(kPrefillIsMma);
   EXPECT_TRUE(kUnbuffered);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const char* prefill_env = std::getenv("VPOD_ATTENTION_PREFILL");
+  const bool mma_forced = prefill_env != nullptr && std::string(prefill_env) == "mma";
   for (DType dt : {DType::f16, DType::bf16}) {
     for (int d : {64, 128}) {
       const AttentionDims dims{32, 8, d, dt};
-      const PodDevice& dev = device_for(dims);
-      std::printf("[pod] %s d%d: %d SMs, CTAs per SM %d (1 decode tile) / %d (2 virtual)\n",
-                  dtype_name(dt).data(), d, dev.num_sms, dev.ctas_per_sm[1], dev.ctas_per_sm[2]);
-      EXPECT_GE(dev.ctas_per_sm[1], 1);
-      EXPECT_GE(dev.ctas_per_sm[2], 1);
+      for (bool allow_wgmma : {true, false}) {
+        const PodDevice& dev = device_for(dims, allow_wgmma);
+        std::printf(
+            "[pod] %s d%d %s prefill tile: %d SMs, CTAs per SM %d (1 decode tile) / %d "
+            "(2 virtual)\n",
+            dtype_name(dt).data(), d, dev.wgmma_prefill ? "wgmma" : "mma.sync", dev.num_sms,
+            dev.ctas_per_sm[1], dev.ctas_per_sm[2]);
+        EXPECT_GE(dev.ctas_per_sm[1], 1);
+        EXPECT_GE(dev.ctas_per_sm[2], 1);
+        if (!allow_wgmma) EXPECT_FALSE(dev.wgmma_prefill);
+        // The H200 build carries sm_90a code (VPOD_CUDA_ARCHS=90a): there POD
+        // must run the wgmma tile, as the standalone prefill does.
+        if (allow_wgmma && prop.major == 9 && !mma_forced) EXPECT_TRUE(dev.wgmma_prefill);
+      }
     }
   }
   auto stream = cuda::Stream::create().value();
@@ -574,6 +606,38 @@ TEST(PodGpuTest, EdgeCases) {
   }
 }
 
+// POD with the mma.sync prefill tile where the default is the wgmma one (the
+// sm_80 path, and VPOD_ATTENTION_PREFILL=mma): prefill rows against the CPU
+// reference, decode rows bit for bit against the decode kernel.
+TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("mma prefill tile");
+  int failures = 0;
+  for (int b = 0; b < 24; ++b) {
+    auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+    const AttentionDims dims{b % 3 == 0 ? 8 : 32, b % 3 == 0 ? 8 : 4 << pick(2), pick(2) ? 128 : 64,
+                             pick(2) ? DType::f16 : DType::bf16};
+    const KvLayout layout = b % 2 ? KvLayout::paged16 : KvLayout::per_layer;
+    std::vector<SeqSpec> prefills = {{pick(700), 1 + pick(400)}};
+    if (pick(2)) prefills.push_back({pick(200), 1 + pick(40)});
+    std::vector<int> decodes;
+    for (int i = pick(20); i > 0; --i) decodes.push_back(1 + pick(1500));
+    PodOptions options;
+    options.device = device_for(dims, /*allow_wgmma=*/false);
+    options.virtual_decode = 1 + pick(2);
+    options.ratio = pick(2) ? PodRatio::even : PodRatio::proportional;
+    if (pick(3) == 0) options.device.num_sms = 4 + pick(12);
+    PodRun run(dims, layout, make_batch(prefills, decodes), options, rng);
+    ASSERT_FALSE(run.plan().config().wgmma_prefill);
+    if (!check_batch(run, rng,
+                     "mma tile " + std::to_string(b) + " " +
+                         label_of("", dims, layout, options.virtual_decode))) {
+      ++failures;
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
 // Small enough for compute-sanitizer (memcheck, racecheck, synccheck).
 TEST(PodGpuTest, SmallBatchForSanitizer) {
   VPOD_REQUIRE_GPU();
@@ -637,7 +701,9 @@ TEST(PodGpuTest, PlacementDoesNotChangeTheOutput) {
     int* started_dev = nullptr;
     ASSERT_EQ(cudaHostGetDevicePointer(&started_dev, started, 0), cudaSuccess);
     auto side = cuda::Stream::create().value();
-    const int hold_smem = 160 * 1024;  // leaves less than one POD CTA's shared memory
+    // Leaves less than one POD CTA's shared memory of the SM's 228 KB (this
+    // 128-dim kernel takes ~65 KB with either prefill tile).
+    const int hold_smem = 200 * 1024;
     ASSERT_EQ(cudaFuncSetAttribute(occupy_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    hold_smem),
               cudaSuccess);

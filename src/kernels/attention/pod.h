@@ -49,10 +49,16 @@ inline constexpr int kPodMaxVirtualDecode = 2;
 struct PodDevice {
   int num_sms = 0;
   // Co-resident CTAs per SM of the fused kernel, by decode tiles per CTA
-  // (index 1 and 2; index 0 unused).
+  // (index 1 and 2; index 0 unused), for the prefill tile below.
   int ctas_per_sm[kPodMaxVirtualDecode + 1] = {0, 0, 0};
+  // The prefill tile inside the fused kernel: the sm_90a wgmma tile (the
+  // standalone prefill kernel's on Hopper) or the mma.sync tile.
+  bool wgmma_prefill = false;
 };
-Result<PodDevice> query_pod_device(const AttentionDims& dims);
+// The current device. The wgmma prefill tile is chosen where the GPU runs its
+// sm_90a code, unless `allow_wgmma` is false or VPOD_ATTENTION_PREFILL=mma
+// (the variable that also sends the standalone prefill to mma.sync).
+Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma = true);
 
 struct PodOptions {
   AttentionMode mode = AttentionMode::pod;
@@ -74,8 +80,9 @@ struct PodConfig {
   AttentionMode mode = AttentionMode::pod;
   PodRatio ratio = PodRatio::proportional;
   int virtual_decode = 1;
-  int ctas_per_sm = 0;     // fused kernel occupancy for that choice
-  int prefill_splits = 1;  // passed to AttentionPlan (forced)
+  bool wgmma_prefill = false;  // the device's prefill tile (PodDevice::wgmma_prefill)
+  int ctas_per_sm = 0;         // fused kernel occupancy for that choice
+  int prefill_splits = 1;      // passed to AttentionPlan (forced)
   int decode_splits = 1;
   int prefill_ctas = 0;    // prefill tiles x query heads (after splits)
   int decode_tiles = 0;    // decode items x KV heads x head chunks (after splits)
@@ -137,8 +144,11 @@ struct PodTrace {
   int capacity_ctas = 0;
 };
 
-// The fused launch (plus a combine launch when the plan split KV). The plan
-// must be in mode pod and uploaded to `buffers`.
+// The fused launch, plus a combine launch when the plan split prefill KV, or
+// split decode KV with two decode tiles per CTA (with one, the decode's last
+// split merges in the kernel). The plan must be in mode pod and uploaded to
+// `buffers` (the upload zeroes the decode merge counters; launches leave them
+// zero).
 Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
            const TensorView& q, const KvLayerView& kv, const TensorView& out, float softmax_scale,
            cudaStream_t stream, const PodTrace& trace = {});

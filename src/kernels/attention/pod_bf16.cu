@@ -8,8 +8,12 @@ Status launch_pod_bf16(const PodParams& params, int head_dim, cudaStream_t strea
   return device::launch_pod_typed<__nv_bfloat16>(params, head_dim, stream);
 }
 
-Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode) {
-  return device::pod_ctas_per_sm_typed<__nv_bfloat16>(head_dim, virtual_decode);
+Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma) {
+  return device::pod_ctas_per_sm_typed<__nv_bfloat16>(head_dim, virtual_decode, wgmma);
+}
+
+Result<bool> pod_wgmma_runs_here_bf16(int head_dim) {
+  return device::pod_wgmma_runs_here_typed<__nv_bfloat16>(head_dim);
 }
 
 }  // namespace vpod::attention::detail

@@ -8,8 +8,12 @@ Status launch_pod_f16(const PodParams& params, int head_dim, cudaStream_t stream
   return device::launch_pod_typed<half>(params, head_dim, stream);
 }
 
-Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode) {
-  return device::pod_ctas_per_sm_typed<half>(head_dim, virtual_decode);
+Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode, bool wgmma) {
+  return device::pod_ctas_per_sm_typed<half>(head_dim, virtual_decode, wgmma);
+}
+
+Result<bool> pod_wgmma_runs_here_f16(int head_dim) {
+  return device::pod_wgmma_runs_here_typed<half>(head_dim);
 }
 
 }  // namespace vpod::attention::detail

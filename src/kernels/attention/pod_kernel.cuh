@@ -1,7 +1,14 @@
-// The fused POD kernel: one launch whose CTAs run either a prefill tile
-// (PrefillTile, 128 threads) or a decode CTA (one 4-warp DecodeTile, or two
-// 2-warp VirtualDecodeTiles side by side), chosen at run time by SM-aware
-// scheduling:
+// The fused POD kernel: one launch whose 128-thread CTAs run either a prefill
+// tile or a decode CTA (one 4-warp DecodeTile, or two 2-warp
+// VirtualDecodeTiles side by side), chosen at run time by SM-aware
+// scheduling. The prefill tile is the standalone prefill kernel's own device
+// function: on sm_90a the wgmma tile (run_prefill_wgmma_tile, one warpgroup),
+// elsewhere (or forced) the mma.sync PrefillTile; kWgmma picks the variant.
+// A CTA runs exactly one tile, so a tile's __syncthreads is never shared with
+// another tile; the virtual decode tiles use named barriers only. With one
+// decode tile per CTA, the last split of a split decode merges the group
+// (merge_decode_splits, the decode kernel's self-resetting arrival counters),
+// so no combine launch follows for the decodes. Scheduling:
 //   1. thread 0 reads %smid and draws a ticket from that SM's counter (an SM
 //      id beyond the table, which is sized from %nsmid, uses a shared one);
 //   2. the ticket picks the kind: proportional to the prefill and decode CTA
@@ -30,15 +37,16 @@ namespace vpod::attention::device {
 constexpr int pod_max(int a, int b) { return a > b ? a : b; }
 
 // Shared memory of the fused kernel for 1 or 2 decode tiles per CTA.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kWgmma>
 constexpr int pod_smem_bytes(int virtual_decode) {
-  return pod_max(PrefillTile<T, kHeadDim>::kSmemBytes,
-                 virtual_decode == 2 ? 2 * VirtualDecodeTile<T, kHeadDim, 2>::kSmemBytes
-                                     : DecodeTile<T, kHeadDim>::kSmemBytes);
+  return pod_max(
+      kWgmma ? PrefillWgmmaTile<T, kHeadDim>::kSmemBytes : PrefillTile<T, kHeadDim>::kSmemBytes,
+      virtual_decode == 2 ? 2 * VirtualDecodeTile<T, kHeadDim, 2>::kSmemBytes
+                          : DecodeTile<T, kHeadDim>::kSmemBytes);
 }
-template <typename T, int kHeadDim>
-inline constexpr int kPodMaxSmemBytes = pod_max(pod_smem_bytes<T, kHeadDim>(1),
-                                                pod_smem_bytes<T, kHeadDim>(2));
+template <typename T, int kHeadDim, bool kWgmma>
+inline constexpr int kPodMaxSmemBytes = pod_max(pod_smem_bytes<T, kHeadDim, kWgmma>(1),
+                                                pod_smem_bytes<T, kHeadDim, kWgmma>(2));
 
 __device__ __forceinline__ unsigned read_smid() {
   unsigned id;
@@ -66,10 +74,9 @@ __device__ __forceinline__ int ticket_kind(unsigned ticket, int prefill, int dec
   return prefill_turn ? 0 : 1;
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kAttentionThreads, 2)
-    pod_kernel(const __grid_constant__ PodParams params) {
-  extern __shared__ __align__(128) char smem[];
+template <typename T, int kHeadDim, bool kWgmma>
+__device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnobs& knobs,
+                                        char* smem) {
   __shared__ int role[2];  // kind, unit
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
@@ -111,16 +118,27 @@ __global__ void __launch_bounds__(kAttentionThreads, 2)
   const int unit = role[1];
   const AttentionParams& p = params.attn;
   if (kind == 0) {
-    PrefillTile<T, kHeadDim>::run(p, p.plan.prefill_items[unit / p.num_q_heads],
-                                  unit % p.num_q_heads, smem, tid);
+    const PrefillWorkItem item = p.plan.prefill_items[unit / p.num_q_heads];
+    if constexpr (kWgmma) {
+      run_prefill_wgmma_tile<T, kHeadDim>(p, item, unit % p.num_q_heads, smem, tid, knobs);
+    } else {
+      (void)knobs;
+      PrefillTile<T, kHeadDim>::run(p, item, unit % p.num_q_heads, smem, tid);
+    }
   } else if (kind == 1) {
     const int per_item = p.num_kv_heads * p.decode_head_chunks;
     if (params.virtual_decode == 1) {
       const int tile = unit;
       const int in_item = tile % per_item;
-      DecodeTile<T, kHeadDim>::run(p, p.plan.decode_items[tile / per_item],
-                                   in_item / p.decode_head_chunks, in_item % p.decode_head_chunks,
-                                   smem, tid);
+      const DecodeWorkItem item = p.plan.decode_items[tile / per_item];
+      const int kv_head = in_item / p.decode_head_chunks;
+      const int chunk = in_item % p.decode_head_chunks;
+      DecodeTile<T, kHeadDim>::run(p, item, kv_head, chunk, smem, tid);
+      // A split decode: the group's last split merges it (the whole CTA is
+      // this one tile, so the merge's __syncthreads are its own).
+      if (p.plan.decode_counters != nullptr && item.combine >= 0) {
+        merge_decode_splits<T, kHeadDim>(p, item.combine, kv_head, chunk, tid);
+      }
     } else {
       // Two virtual decode CTAs: warps 0-1 and warps 2-3, each with its own
       // shared memory and named barrier (1 and 2).
@@ -137,37 +155,95 @@ __global__ void __launch_bounds__(kAttentionThreads, 2)
   }
 }
 
+template <typename T, int kHeadDim, bool kWgmma>
+__global__ void __launch_bounds__(kAttentionThreads, 2)
+    pod_kernel(const __grid_constant__ PodParams params, const WgmmaKnobs knobs) {
+  extern __shared__ __align__(128) char smem[];
+  if constexpr (kWgmma) {
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+    pod_cta<T, kHeadDim, true>(params, knobs, smem);
+#else
+    (void)params, (void)knobs;
+    __trap();  // the launcher never selects this variant without sm_90a code
+#endif
+  } else {
+    pod_cta<T, kHeadDim, false>(params, knobs, smem);
+  }
+}
+
+// Whether the device runs the wgmma variant's sm_90a code (binary and PTX
+// version 9.0; anything else would trap).
+template <typename T, int kHeadDim>
+bool pod_wgmma_runs_here() {
+  static const bool runs = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, pod_kernel<T, kHeadDim, true>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90 && attr.ptxVersion == 90;
+  }();
+  return runs;
+}
+
+template <typename T, int kHeadDim, bool kWgmma>
+Status launch_pod_variant(const PodParams& params, cudaStream_t stream) {
+  const int smem = pod_smem_bytes<T, kHeadDim, kWgmma>(params.virtual_decode);
+  auto* kernel = pod_kernel<T, kHeadDim, kWgmma>;
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kPodMaxSmemBytes<T, kHeadDim, kWgmma>),
+      StatusCode::internal);
+  const unsigned grid = static_cast<unsigned>(params.prefill_ctas + params.decode_ctas);
+  kernel<<<grid, kAttentionThreads, smem, stream>>>(params, wgmma_knobs());
+  VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
+  return Status();
+}
+
+template <typename T, int kHeadDim, bool kWgmma>
+Result<int> pod_variant_ctas_per_sm(int virtual_decode) {
+  int ctas = 0;
+  const int smem = pod_smem_bytes<T, kHeadDim, kWgmma>(virtual_decode);
+  auto* kernel = pod_kernel<T, kHeadDim, kWgmma>;
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kPodMaxSmemBytes<T, kHeadDim, kWgmma>),
+      StatusCode::internal);
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, smem),
+      StatusCode::internal);
+  return ctas;
+}
+
 template <typename T>
 Status launch_pod_typed(const PodParams& params, int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    const int smem = pod_smem_bytes<T, kHeadDim>(params.virtual_decode);
-    auto* kernel = pod_kernel<T, kHeadDim>;
-    VPOD_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kPodMaxSmemBytes<T, kHeadDim>),
-        StatusCode::internal);
-    const unsigned grid = static_cast<unsigned>(params.prefill_ctas + params.decode_ctas);
-    kernel<<<grid, kAttentionThreads, smem, stream>>>(params);
-    VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
+    if (params.wgmma_prefill != 0) {
+      if (!pod_wgmma_runs_here<T, kHeadDim>()) {
+        return failed_precondition(
+            "the POD plan asks for the wgmma prefill tile; this GPU does not run its sm_90a code");
+      }
+      return launch_pod_variant<T, kHeadDim, true>(params, stream);
+    }
+    return launch_pod_variant<T, kHeadDim, false>(params, stream);
   });
   return Status();
 }
 
 template <typename T>
-Result<int> pod_ctas_per_sm_typed(int head_dim, int virtual_decode) {
-  int ctas = 0;
+Result<int> pod_ctas_per_sm_typed(int head_dim, int virtual_decode, bool wgmma) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    const int smem = pod_smem_bytes<T, kHeadDim>(virtual_decode);
-    auto* kernel = pod_kernel<T, kHeadDim>;
-    VPOD_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kPodMaxSmemBytes<T, kHeadDim>),
-        StatusCode::internal);
-    VPOD_CUDA_RETURN_IF_ERROR(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, smem),
-        StatusCode::internal);
+    if (wgmma) return pod_variant_ctas_per_sm<T, kHeadDim, true>(virtual_decode);
+    return pod_variant_ctas_per_sm<T, kHeadDim, false>(virtual_decode);
   });
-  return ctas;
+  return 0;
+}
+
+template <typename T>
+Result<bool> pod_wgmma_runs_here_typed(int head_dim) {
+  VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim,
+                                   { return pod_wgmma_runs_here<T, kHeadDim>(); });
+  return false;
 }
 
 }  // namespace vpod::attention::device

@@ -10,12 +10,17 @@
 
 namespace vpod::attention::detail {
 
-// grid = prefill_ctas + decode_ctas, 128 threads.
+// grid = prefill_ctas + decode_ctas, 128 threads; params.wgmma_prefill picks
+// the prefill tile (an error where the GPU cannot run the wgmma one).
 Status launch_pod_f16(const PodParams& params, int head_dim, cudaStream_t stream);
 Status launch_pod_bf16(const PodParams& params, int head_dim, cudaStream_t stream);
-// Co-resident CTAs per SM of the fused kernel (occupancy query, current device).
-Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode);
-Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode);
+// Co-resident CTAs per SM of the fused kernel with the wgmma or the mma.sync
+// prefill tile (occupancy query, current device).
+Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode, bool wgmma);
+Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma);
+// Whether the current device runs the wgmma variant's sm_90a code.
+Result<bool> pod_wgmma_runs_here_f16(int head_dim);
+Result<bool> pod_wgmma_runs_here_bf16(int head_dim);
 // %nsmid of the current device, read by a one-thread kernel on `stream`
 // (synchronizes the stream).
 Result<int> query_nsmid(cudaStream_t stream);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.h"
@@ -74,14 +76,20 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   p.decode_ctas = config.decode_ctas;
   p.virtual_decode = config.virtual_decode;
   p.ratio_even = config.ratio == PodRatio::even ? 1 : 0;
+  p.wgmma_prefill = config.wgmma_prefill ? 1 : 0;
   p.trace = trace.data;
+  // One decode tile per CTA: split decodes merge in the kernel (the plan's
+  // self-resetting arrival counters, as in the decode kernel). Two virtual
+  // tiles share a CTA, so they leave the merge to the combine launch.
+  if (config.virtual_decode != 1) a.plan.decode_counters = nullptr;
+  const bool decode_merged = a.plan.decode_counters != nullptr;
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_pod_f16(p, dims.head_dim, stream)
                            : detail::launch_pod_bf16(p, dims.head_dim, stream));
   // KV splits: one combine per kind (they only read the kernel's partials).
   for (const auto& [items, count] :
        {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
-        std::pair{a.plan.decode_combines, ap.decode_combines().size()}}) {
+        std::pair{a.plan.decode_combines, decode_merged ? 0 : ap.decode_combines().size()}}) {
     if (count == 0) continue;
     CombineParams c;
     c.items = items;
@@ -99,7 +107,7 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
 
 }  // namespace
 
-Result<PodDevice> query_pod_device(const AttentionDims& dims) {
+Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) {
   VPOD_RETURN_IF_ERROR(validate_dims(dims));
   int device = 0;
   PodDevice info;
@@ -107,11 +115,18 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims) {
   VPOD_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device),
       StatusCode::unavailable);
+  const char* prefill_env = std::getenv("VPOD_ATTENTION_PREFILL");
+  if (allow_wgmma && (prefill_env == nullptr || std::string_view(prefill_env) != "mma")) {
+    VPOD_ASSIGN_OR_RETURN(info.wgmma_prefill,
+                          dims.dtype == DType::f16
+                              ? detail::pod_wgmma_runs_here_f16(dims.head_dim)
+                              : detail::pod_wgmma_runs_here_bf16(dims.head_dim));
+  }
   for (int v = 1; v <= kPodMaxVirtualDecode; ++v) {
     VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm[v],
                           dims.dtype == DType::f16
-                              ? detail::pod_ctas_per_sm_f16(dims.head_dim, v)
-                              : detail::pod_ctas_per_sm_bf16(dims.head_dim, v));
+                              ? detail::pod_ctas_per_sm_f16(dims.head_dim, v, info.wgmma_prefill)
+                              : detail::pod_ctas_per_sm_bf16(dims.head_dim, v, info.wgmma_prefill));
     if (info.ctas_per_sm[v] < 1) {
       return internal_error(fmt::format(
           "the POD kernel ({} decode tiles per CTA) does not fit on an SM of this GPU", v));

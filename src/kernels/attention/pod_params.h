@@ -27,6 +27,7 @@ struct PodParams {
   std::int32_t decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
   std::int32_t virtual_decode = 1;  // decode tiles per decode CTA: 1 or 2
   std::int32_t ratio_even = 0;      // 1: 50:50 tickets; 0: proportional
+  std::int32_t wgmma_prefill = 0;   // 1: the sm_90a wgmma prefill tile; 0: mma.sync
   std::int32_t* trace = nullptr;    // optional [3 x grid]: kind, index, smid
 };
 

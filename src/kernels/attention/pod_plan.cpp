@@ -31,12 +31,14 @@ constexpr int kMinDecodeBlocksPerSplit = 4;
 constexpr int kDefaultVirtualDecode = 1;
 // Cost model, in microseconds of one CTA slot, calibrated on the H200 with the
 // separate kernels (docs/attention.md): a 128x64 prefill block of a 128-dim
-// tile with two CTAs per SM takes ~4.3 us (0.544 ms for 33.8K blocks on 264
-// slots); a 64-key decode block (32 KB of K and V) ~1.9 us (0.49 ms for 64K
-// blocks on 264 slots). Both scale with head_dim. A CTA's start and end cost
-// about one block; a split adds a combine launch and the fp32 partial rows'
-// write and read.
+// tile with two CTAs per SM takes ~4.3 us on the mma.sync tile (0.544 ms for
+// 33.8K blocks on 264 slots, ~260 TFLOP/s) and ~2.6 us on the wgmma tile
+// (~425 TFLOP/s, the same 264 slots); a 64-key decode block (32 KB of K and
+// V) ~1.9 us (0.49 ms for 64K blocks on 264 slots). Both scale with head_dim.
+// A CTA's start and end cost about one block; a split adds a combine launch
+// and the fp32 partial rows' write and read.
 constexpr double kPrefillBlockUs128 = 4.3;
+constexpr double kWgmmaPrefillBlockUs128 = 2.6;
 constexpr double kDecodeBlockUs128 = 1.9;
 constexpr double kCombineLaunchUs = 4.0;
 constexpr double kPartialBytesPerUs = 3.0e6;  // ~3 TB/s
@@ -109,20 +111,25 @@ struct Estimate {
   int prefill_ctas = 0, decode_tiles = 0, decode_ctas = 0;
 };
 
-Estimate estimate(const Shape& shape, const AttentionDims& dims, int prefill_splits,
-                  int decode_splits, int virtual_decode, int slots) {
+Estimate estimate(const Shape& shape, const AttentionDims& dims, bool wgmma_prefill,
+                  int prefill_splits, int decode_splits, int virtual_decode, int slots) {
   const double scale = dims.head_dim / 128.0;
-  const double prefill_block = kPrefillBlockUs128 * scale;
+  const double prefill_block =
+      (wgmma_prefill ? kWgmmaPrefillBlockUs128 : kPrefillBlockUs128) * scale;
   const double decode_block = kDecodeBlockUs128 * scale;
   const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
   const int tiles_per_piece = dims.num_kv_heads * head_chunks;
   Estimate e;
   std::vector<double> costs;
   double partial_bytes = 0;
+  bool combine_launch = false;  // prefill splits, or decode splits on virtual tiles
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
   for (std::size_t t = 0; t < shape.tile_blocks.size(); ++t) {
     const std::vector<int> p = pieces(shape.tile_blocks[t], prefill_splits);
-    if (p.size() > 1) partial_bytes += 2.0 * p.size() * shape.tile_rows[t] * row_bytes;
+    if (p.size() > 1) {
+      partial_bytes += 2.0 * p.size() * shape.tile_rows[t] * row_bytes;
+      combine_launch = true;
+    }
     for (int b : p) {
       for (int h = 0; h < dims.num_q_heads; ++h) costs.push_back((b + 1) * prefill_block);
       e.prefill_ctas += dims.num_q_heads;
@@ -134,7 +141,11 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, int prefill_spl
   std::vector<int> tile_blocks;
   for (int blocks : shape.decode_blocks) {
     const std::vector<int> p = pieces(blocks, ceil_div(blocks, chunk));
-    if (p.size() > 1) partial_bytes += 2.0 * p.size() * row_bytes;
+    if (p.size() > 1) {
+      // With one decode tile per CTA the last split merges in the kernel.
+      partial_bytes += 2.0 * p.size() * row_bytes;
+      combine_launch = combine_launch || virtual_decode != 1;
+    }
     for (int b : p) {
       for (int h = 0; h < tiles_per_piece; ++h) tile_blocks.push_back(b);
     }
@@ -149,8 +160,8 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, int prefill_spl
     costs.push_back((blocks + 1) * decode_block);
     ++e.decode_ctas;
   }
-  e.us = makespan(costs, slots) +
-         (partial_bytes > 0 ? kCombineLaunchUs + partial_bytes / kPartialBytesPerUs : 0.0);
+  e.us = makespan(costs, slots) + partial_bytes / kPartialBytesPerUs +
+         (combine_launch ? kCombineLaunchUs : 0.0);
   return e;
 }
 
@@ -264,7 +275,7 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
   for (int s = first_prefill; s <= model_prefill_splits; ++s) {
     Choice& c = s <= max_prefill_splits ? within : beyond;
     for (int n : decode_candidates) {
-      const Estimate e = estimate(shape, dims, s, n, virtual_decode, slots);
+      const Estimate e = estimate(shape, dims, dev.wgmma_prefill, s, n, virtual_decode, slots);
       if (!c.set || e.us < c.e.us * (1 - 1e-9)) {  // ties keep fewer splits
         c = {s, n, e, true};
       }
@@ -279,6 +290,7 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
       AttentionPlan plan,
       AttentionPlan::create(batch, dims, {dev.num_sms, best_prefill, best_decode}));
   config.virtual_decode = virtual_decode;
+  config.wgmma_prefill = dev.wgmma_prefill;
   config.ctas_per_sm = ctas_per_sm;
   config.prefill_splits = best_prefill;
   config.decode_splits = best_decode;
@@ -290,11 +302,12 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
   config.estimate_within_limit_us = within.e.us;
   config.prefill_beyond_limit = go_beyond;
   config.reason = fmt::format(
-      "{} slots ({} SMs x {} CTAs); prefill {} tiles x {} heads, splits {} (limit {} for <= {} "
+      "{} slots ({} SMs x {} CTAs); {} prefill {} tiles x {} heads, splits {} (limit {} for <= {} "
       "CTAs{}) -> {} CTAs; decode {} tiles, splits {} (candidates {}, stop at one wave) -> {} CTAs "
       "of {}; ratio {}; estimate {:.0f} us",
-      slots, dev.num_sms, ctas_per_sm, shape.tile_blocks.size(), dims.num_q_heads, best_prefill,
-      max_prefill_splits, max_prefill_ctas,
+      slots, dev.num_sms, ctas_per_sm, dev.wgmma_prefill ? "wgmma" : "mma.sync",
+      shape.tile_blocks.size(), dims.num_q_heads, best_prefill, max_prefill_splits,
+      max_prefill_ctas,
       go_beyond ? fmt::format("; beyond it: estimate {:.0f} vs {:.0f} us", beyond.e.us, within.e.us)
                 : std::string(),
       config.prefill_ctas, shape.decode_blocks.size() * tiles_per_decode, best_decode,

@@ -518,18 +518,30 @@ struct PrefillWgmmaTile {
   }
 };
 
+// One prefill tile (work item `item`, query head `q_head`) on the 128 threads
+// of the calling CTA, which all call it (it synchronizes with __syncthreads)
+// and own `smem` (PrefillWgmmaTile::kSmemBytes). The one definition of the
+// tile: the standalone prefill kernel below and the fused POD kernel
+// (pod_kernel.cuh) both run it.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void run_prefill_wgmma_tile(const AttentionParams& params,
+                                                       const PrefillWorkItem& item, int q_head,
+                                                       char* smem, int tid,
+                                                       const WgmmaKnobs& knobs) {
+  if (params.kv.block_table == nullptr) {
+    PrefillWgmmaTile<T, kHeadDim>::template run<false>(params, item, q_head, smem, tid, knobs);
+  } else {
+    PrefillWgmmaTile<T, kHeadDim>::template run<true>(params, item, q_head, smem, tid, knobs);
+  }
+}
+
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams params, const WgmmaKnobs knobs) {
   extern __shared__ __align__(128) char smem[];
   const PrefillWorkItem item = params.plan.prefill_items[blockIdx.y];
-  if (params.kv.block_table == nullptr) {
-    PrefillWgmmaTile<T, kHeadDim>::template run<false>(params, item, static_cast<int>(blockIdx.x),
-                                                       smem, static_cast<int>(threadIdx.x), knobs);
-  } else {
-    PrefillWgmmaTile<T, kHeadDim>::template run<true>(params, item, static_cast<int>(blockIdx.x),
-                                                      smem, static_cast<int>(threadIdx.x), knobs);
-  }
+  run_prefill_wgmma_tile<T, kHeadDim>(params, item, static_cast<int>(blockIdx.x), smem,
+                                      static_cast<int>(threadIdx.x), knobs);
 }
 
 }  // namespace vpod::attention::device
