@@ -59,6 +59,7 @@ struct Args {
   double gpu_memory_utilization = 0.9;
   std::uint64_t seed = 0;
   std::string json_path;
+  std::string async_scheduling = "on";
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -179,6 +180,7 @@ void run(const Args& a) {
   options.kv_layout = a.kv_layout;
   options.attention = a.attention;
   options.seed = a.seed;
+  options.async_scheduling = a.async_scheduling == "on";
   const Clock::time_point load_start = Clock::now();
   auto loaded = server::EngineBackend::load(options);
   if (!loaded.ok()) fail(loaded.status().to_string());
@@ -210,6 +212,11 @@ void run(const Args& a) {
   const double prepare_s = after.step_time_total.prepare_s - before.step_time_total.prepare_s;
   const double schedule_s = after.step_time_total.schedule_s - before.step_time_total.schedule_s;
   const double commit_s = after.step_time_total.commit_s - before.step_time_total.commit_s;
+  const double wait_s = after.step_time_total.wait_s - before.step_time_total.wait_s;
+  const double hidden_s =
+      after.step_time_total.host_hidden_s - before.step_time_total.host_hidden_s;
+  const double exposed_s =
+      after.step_time_total.host_exposed_s - before.step_time_total.host_exposed_s;
   const auto preemptions = after.num_preemptions - before.num_preemptions;
   const int n = static_cast<int>(lengths.size());
   const std::string mode = a.kv_cache + "+" + a.attention;
@@ -232,6 +239,9 @@ void run(const Args& a) {
   row("Mean step (ms):", fmt::format("{:.3f}", steps > 0 ? makespan_s / steps * 1e3 : 0.0));
   row("Step time: forward / KV prepare (s):", fmt::format("{:.3f} / {:.3f}", forward_s, prepare_s));
   row("Step time: schedule / commit (s):", fmt::format("{:.3f} / {:.3f}", schedule_s, commit_s));
+  row("Async scheduling:", a.async_scheduling);
+  row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
+  row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
   table += std::string(50, '=') + "\n";
   std::fputs(table.c_str(), stdout);
@@ -267,6 +277,10 @@ void run(const Args& a) {
     j["prepare_s"] = prepare_s;
     j["schedule_s"] = schedule_s;
     j["commit_s"] = commit_s;
+    j["async_scheduling"] = a.async_scheduling;
+    j["host_hidden_s"] = hidden_s;
+    j["host_exposed_s"] = exposed_s;
+    j["wait_s"] = wait_s;
     j["num_preemptions"] = preemptions;
     std::ofstream out(a.json_path);
     out << j.dump(1) << '\n';
@@ -309,6 +323,10 @@ void add_offline_bench(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
   cmd->add_option("--json", a->json_path, "Write the result as JSON");
+  cmd->add_option("--async-scheduling", a->async_scheduling,
+                  "on: a step's output work overlaps the next step's forward; off: synchronous")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->callback([a] { run(*a); });
 }
 

@@ -31,6 +31,7 @@ struct ServeArgs {
   server::ServerConfig http;
   std::string model;
   std::string kv_cache_memory;  // "" or a size: 512MiB, 4GiB, 1000000
+  std::string async_scheduling = "on";
   std::string max_request_body = "32MiB";
   double drain_timeout_s = 30.0;
 };
@@ -139,6 +140,7 @@ class SignalWatcher {
 void run(ServeArgs& a) {
   SignalWatcher::block_in_all_threads();
   a.engine.model_dir = a.model;
+  a.engine.async_scheduling = a.async_scheduling == "on";
   if (!a.kv_cache_memory.empty()) {
     const auto bytes = parse_size(a.kv_cache_memory);
     if (!bytes) fail("--kv-cache-memory: not a size: " + a.kv_cache_memory, 2);
@@ -230,6 +232,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cpu-threads", e.cpu_threads, "CPU backend threads (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--seed", e.seed, "Seeds the requests that bring no seed")->capture_default_str();
+  cmd->add_option("--async-scheduling", a->async_scheduling,
+                  "on: a step's output work overlaps the next step's forward; off: synchronous")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--http-threads", h.http_threads,
                   "HTTP worker threads: connections served at once (each stream holds one)")
       ->capture_default_str();

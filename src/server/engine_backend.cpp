@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "cuda/device_info.h"
+#include "engine/async_executor.h"
 #include "engine/engine.h"
 #include "engine/kv_store_capacity.h"
 #include "engine/model_runner.h"
@@ -67,6 +68,7 @@ struct EngineBackend::Stack {
   std::unique_ptr<kvcache::PagedKvCache> paged_cache;  // --kv-cache paged
   std::unique_ptr<engine::KvStoreCapacity> capacity;
   std::unique_ptr<engine::ModelRunner> runner;
+  std::unique_ptr<engine::AsyncExecutor> worker;  // --async-scheduling on
   std::unique_ptr<engine::TokenizerDecoderFactory> decoders;
   std::unique_ptr<engine::Engine> engine;
 };
@@ -215,8 +217,17 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
     ec.eos_token_ids.push_back(id);
   }
   ec.seed = o.seed;
+  // Pipelined: the worker thread issues each step (and waits for its sampled
+  // tokens) while the engine thread streams the previous step's outputs. The
+  // worker uses the CUDA runtime's default device 0, as the KV cache does.
+  ec.async_scheduling = o.async_scheduling;
+  engine::ModelExecutor* executor = s->runner.get();
+  if (o.async_scheduling) {
+    s->worker = std::make_unique<engine::AsyncExecutor>(*s->runner);
+    executor = s->worker.get();
+  }
   VPOD_ASSIGN_OR_RETURN(s->engine,
-                        engine::Engine::create(ec, *s->runner, *s->capacity, *s->decoders));
+                        engine::Engine::create(ec, *executor, *s->capacity, *s->decoders));
   s->engine->start();
 
   s->card.id = o.served_model_name.empty() ? o.model_dir.string() : o.served_model_name;
