@@ -22,6 +22,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/device_info.h"
 #include "cuda/event.h"
+#include "cuda/stream.h"
 #include "kernels/gemm/cublaslt.h"
 #include "kernels/gemm/gemv.h"
 #include "kernels/sampling/sampling.h"
@@ -41,6 +42,9 @@ struct ModelBenchArgs {
   int iters = 10;
   double gpu_memory_utilization = 0.92;
   bool no_gemv = false;
+  bool fuse = false, no_fuse_logits = false, pdl = false, pdl_early = false;
+  int gemv_max_rows = kernels::kMaxGemvRows;
+  std::string tuning_batches = "1,2,4";
 };
 
 std::vector<int> parse_list(const std::string& text) {
@@ -127,13 +131,15 @@ void bench_gemv(const model::Model& m, DType dtype, nlohmann::json& report) {
       {"down", c.hidden_size, c.intermediate_size},
       {"lm_head", c.vocab_size, c.hidden_size}};
   auto lt = ok_or_fail(kernels::CublasLt::create());
-  cudaStream_t stream = nullptr;
+  // A created stream: programmatic dependent launch needs one.
+  const cuda::Stream owned_stream = ok_or_fail(cuda::Stream::create());
+  cudaStream_t stream = owned_stream.get();
   constexpr int kIters = 50;
   auto start = ok_or_fail(cuda::Event::create(cuda::Event::Timing::enabled));
   auto stop = ok_or_fail(cuda::Event::create(cuda::Event::Timing::enabled));
   std::printf("\ndecode GEMM, M = 1 (TB/s of weights read; %d back-to-back launches)\n", kIters);
-  std::printf("%-8s %-14s %10s %10s %10s %10s\n", "weight", "N x K", "gemv us", "gemv TB/s",
-              "cublas us", "cublas TB/s");
+  std::printf("%-8s %-14s %10s %10s %10s %10s %10s %10s\n", "weight", "N x K", "gemv us",
+              "gemv TB/s", "cublas us", "cublas TB/s", "norm us", "pdl us");
   nlohmann::json rows = nlohmann::json::array();
   for (const Shape& s : shapes) {
     const std::size_t w_bytes = static_cast<std::size_t>(s.n * s.k) * dtype_size(dtype);
@@ -142,6 +148,7 @@ void bench_gemv(const model::Model& m, DType dtype, nlohmann::json& report) {
     auto out = ok_or_fail(cuda::DeviceBuffer::allocate(static_cast<std::size_t>(s.n) * 4));
     cudaMemset(w.data(), 0x3c, w_bytes);
     cudaMemset(x.data(), 0x3c, static_cast<std::size_t>(s.k) * dtype_size(dtype));
+    cudaDeviceSynchronize();  // the memsets ran on the legacy stream
     const TensorView xv(x.data(), dtype, {1, s.k}, Device::cuda);
     const TensorView wv(w.data(), dtype, {s.n, s.k}, Device::cuda);
     const DType out_dtype = std::string(s.name) == "lm_head" ? DType::f32 : dtype;
@@ -161,14 +168,43 @@ void bench_gemv(const model::Model& m, DType dtype, nlohmann::json& report) {
     const double lt_us = time_us([&] {
       if (!lt->gemm(xv, wv, nullptr, ov, stream).ok()) fail("cuBLASLt GEMM failed");
     });
+    // The fused form the decode step runs on this weight (norm prologue with
+    // the residual add; SiLU*mul epilogue on gate_up; the logit rows'
+    // final norm on lm_head), plain launches, and the plain GEMV with
+    // programmatic dependent launch (back to back: each prefetches while the
+    // previous one finishes).
+    const std::string name = s.name;
+    const bool silu = name == "gate_up";
+    const bool fused_in_step = name == "qkv" || silu || name == "lm_head";
+    auto res = ok_or_fail(cuda::DeviceBuffer::allocate(static_cast<std::size_t>(s.k) * 2 * 3));
+    cudaMemset(res.data(), 0x3c, static_cast<std::size_t>(s.k) * 2 * 3);
+    cudaDeviceSynchronize();  // the memsets ran on the legacy stream
+    auto* res_base = static_cast<std::uint8_t*>(res.data());
+    kernels::GemvNormInput in;
+    in.residual = TensorView(res_base, dtype, {1, s.k}, Device::cuda);
+    in.delta = TensorView(res_base + s.k * 2, dtype, {1, s.k}, Device::cuda);
+    in.weight = TensorView(x.data(), dtype, {s.k}, Device::cuda);
+    in.eps = 1e-5f;
+    in.residual_out = TensorView(res_base + s.k * 4, dtype, {1, s.k}, Device::cuda);
+    in.num_rows = 1;
+    const TensorView nov(out.data(), out_dtype, {1, silu ? s.n / 2 : s.n}, Device::cuda);
+    double norm_us = 0, pdl_us = 0;
+    if (fused_in_step && kernels::gemv_norm_supported(in, wv, nullptr, nov, silu)) {
+      norm_us = time_us([&] { kernels::gemv_norm_gpu(in, wv, nullptr, nov, silu, stream); });
+    }
+    if (kernels::gemv_supported(xv, wv, nullptr, ov)) {
+      pdl_us = time_us([&] { kernels::gemv_gpu(xv, wv, nullptr, ov, stream, {.pdl = true}); });
+    }
     const double gb = static_cast<double>(w_bytes) / 1e3;  // bytes / us -> per 1e-6 s
-    std::printf("%-8s %6lld x %-6lld %10.2f %10.2f %10.2f %10.2f\n", s.name,
+    std::printf("%-8s %6lld x %-6lld %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", s.name,
                 static_cast<long long>(s.n), static_cast<long long>(s.k), gemv_us,
-                gemv_us > 0 ? gb / gemv_us / 1e3 : 0.0, lt_us, gb / lt_us / 1e3);
+                gemv_us > 0 ? gb / gemv_us / 1e3 : 0.0, lt_us, gb / lt_us / 1e3, norm_us, pdl_us);
     rows.push_back({{"weight", s.name},
                     {"n", s.n},
                     {"k", s.k},
                     {"gemv_us", gemv_us},
+                    {"norm_gemv_us", norm_us},
+                    {"pdl_gemv_us", pdl_us},
                     {"cublaslt_us", lt_us},
                     {"gemv_tb_s", gemv_us > 0 ? gb / gemv_us / 1e3 : 0.0},
                     {"cublaslt_tb_s", gb / lt_us / 1e3}});
@@ -232,6 +268,70 @@ void bench_sampling(model::Model& m, nlohmann::json& report) {
   report["sampling"] = rows;
 }
 
+// Decode steps at context 1024 under each decode tuning (fusions, PDL
+// launches; model/backend.h DecodeTuning), graphs and eager; the backend is
+// left with the tuning of the command line.
+void bench_tuning(model::Model& m, const ModelBenchArgs& a, double weights_read,
+                  nlohmann::json& report) {
+  model::Backend& b = m.backend();
+  const model::ModelConfig& c = m.config();
+  const model::DecodeTuning chosen = b.decode_tuning();
+  struct Variant {
+    const char* name;
+    model::DecodeTuning tuning;
+  };
+  const Variant variants[] = {
+      {"unfused", {.fuse = false}},
+      {"fused", {.fuse = true}},
+      {"fused-body", {.fuse = true, .fuse_logits = false}},
+      {"fused-body+pdl", {.fuse = true, .fuse_logits = false, .pdl = true}},
+      {"fused+pdl", {.fuse = true, .pdl = true}},
+      {"unfused+pdl", {.fuse = false, .pdl = true}},
+      {"cublaslt-m>1", {.fuse = false, .gemv_max_rows = 1}},
+  };
+  constexpr int kContext = 1024;
+  std::printf("\ndecode tuning, context %d (graph step ms / eager ms)\n", kContext);
+  std::printf("%-6s %-18s %10s %10s %9s %9s\n", "batch", "tuning", "step ms", "eager ms", "ratio",
+              "enqueue");
+  nlohmann::json rows = nlohmann::json::array();
+  for (int batch : parse_list(a.tuning_batches)) {
+    if (batch > m.options().max_num_sequences || batch > m.options().max_num_tokens) continue;
+    auto kv = ok_or_fail(model::KvCacheBuffers::create(b, c, m.kv_dtype(), batch, kContext));
+    HybridBatch hb;
+    for (int i = 0; i < batch; ++i) {
+      hb.decodes.push_back(
+          {.slot = i, .cached_len = kContext - 1, .num_new = 1, .token_offset = i});
+      hb.token_ids.push_back((17 * i + 3) % c.vocab_size);
+      hb.positions.push_back(kContext - 1);
+    }
+    const double kv_bytes = static_cast<double>(batch) * kContext * m.kv_bytes_per_token();
+    const double roof_ms = (weights_read + kv_bytes) / kBandwidthCeiling * 1e3;
+    for (const Variant& v : variants) {
+      if (batch == 1 && v.tuning.gemv_max_rows == 1) continue;  // same as unfused
+      b.set_decode_tuning(v.tuning);
+      m.set_step_graphs(false);
+      const double eager = median_step_ms(m, hb, kv.views(), a.iters, nullptr);
+      m.set_step_graphs(true);
+      double enqueue = 0;
+      const double step = median_step_ms(m, hb, kv.views(), a.iters, &enqueue);
+      std::printf("%-6d %-18s %10.3f %10.3f %8.2fx %9.3f\n", batch, v.name, step, eager,
+                  step / roof_ms, enqueue);
+      rows.push_back({{"batch", batch},
+                      {"context", kContext},
+                      {"tuning", v.name},
+                      {"step_ms", step},
+                      {"eager_step_ms", eager},
+                      {"roofline_ms", roof_ms},
+                      {"ratio_to_roofline", step / roof_ms},
+                      {"enqueue_ms", enqueue}});
+    }
+  }
+  b.set_decode_tuning(chosen);
+  report["decode_tuning"] = rows;
+  report["decode_tuning_chosen"] = {
+      {"fuse", chosen.fuse}, {"pdl", chosen.pdl}, {"pdl_early_trigger", chosen.pdl_early_trigger}};
+}
+
 void run(const ModelBenchArgs& a) {
   const auto choice = ok_or_fail(cuda::choose_backend("cuda"));
   (void)choice;
@@ -244,11 +344,20 @@ void run(const ModelBenchArgs& a) {
   for (int p : prefills) max_tokens = std::max(max_tokens, p);
   int max_seqs = 2;  // the validation step's prefill + decode
   for (int b : batches) max_seqs = std::max(max_seqs, b);
+  for (int b : parse_list(a.tuning_batches)) {
+    max_seqs = std::max(max_seqs, b);
+    max_tokens = std::max(max_tokens, b);
+  }
 
   model::CudaBackendOptions bo;
   bo.dtype = ok_or_fail(parse_dtype(a.dtype));
   if (Status s = model::apply_attention_flag(a.attention, &bo); !s.ok()) fail(s.to_string());
   bo.gemv = !a.no_gemv;
+  bo.decode = {.fuse = a.fuse,
+               .fuse_logits = !a.no_fuse_logits,
+               .pdl = a.pdl || a.pdl_early,
+               .pdl_early_trigger = a.pdl_early,
+               .gemv_max_rows = a.gemv_max_rows};
   auto backend = ok_or_fail(model::make_cuda_backend(bo));
   const auto load_start = std::chrono::steady_clock::now();
   auto m = ok_or_fail(model::Model::load(
@@ -308,6 +417,8 @@ void run(const ModelBenchArgs& a) {
   }
 
   bench_gemv(*m, bo.dtype, report);
+
+  bench_tuning(*m, a, weights_read, report);
 
   std::printf("\n%-6s %-7s %10s %10s %9s %8s %9s | %8s %8s %8s %9s\n", "batch", "context",
               "step ms", "roofline", "ratio", "TB/s", "eager ms", "gemm", "attn", "other",
@@ -420,6 +531,19 @@ void add_model_bench(CLI::App& bench) {
                   "Fraction of GPU memory vpod may use")
       ->capture_default_str();
   cmd->add_flag("--no-gemv", a->no_gemv, "Decode GEMMs through cuBLASLt only (no GEMV kernel)");
+  cmd->add_flag("--fuse", a->fuse,
+                "Decode steps with RMSNorm and SiLU*mul fused into the GEMV kernels");
+  cmd->add_flag("--no-fuse-logits", a->no_fuse_logits,
+                "With --fuse: the final norm and row gather as separate kernels");
+  cmd->add_option("--gemv-max-rows", a->gemv_max_rows,
+                  "GEMMs of at most this many rows (1-4) use the GEMV kernel")
+      ->capture_default_str();
+  cmd->add_flag("--pdl", a->pdl, "Programmatic dependent launch of the GEMV and RoPE kernels");
+  cmd->add_flag("--pdl-early", a->pdl_early,
+                "With --pdl: let the next kernel launch as soon as this one has started");
+  cmd->add_option("--tuning-batches", a->tuning_batches,
+                  "Batch sizes of the decode-tuning comparison (empty: none)")
+      ->capture_default_str();
   cmd->add_option("--json", a->json, "Write the results as JSON");
   cmd->callback([a] { run(*a); });
 }

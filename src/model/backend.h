@@ -16,11 +16,13 @@
 #include <string>
 #include <string_view>
 
+#include "common/check.h"
 #include "common/dtype.h"
 #include "common/hybrid_batch.h"
 #include "common/kv_view.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
+#include "kernels/gemm/gemv.h"
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
 
@@ -80,6 +82,37 @@ enum class StepGraph : std::uint8_t {
   launched,  // a graph recorded for this step's launch shape was enqueued: done
   capture,   // shape seen before: record it (begin/end_step_capture) now
   eager,     // first sighting (or graphs off): run the ops one by one
+};
+
+// Rows of the residual stream normalized inside the following GEMM (decode
+// fusion, Backend::norm_linear): x[m] = rms_norm(residual[r] + delta[r]) *
+// weight with r = rows ? rows[m] : m; residual_out[m] receives
+// residual[r] + delta[r] (it must not alias residual or delta).
+struct NormedRows {
+  TensorView residual;                // [>= rows, hidden]
+  const TensorView* delta = nullptr;  // [>= rows, hidden], or null: no residual add
+  TensorView weight;                  // [hidden]
+  float eps = 0.0f;
+  const TensorView* residual_out = nullptr;  // [rows, hidden], or null
+  const std::int32_t* rows = nullptr;        // backend array [num_rows], or null
+  int num_rows = 0;
+};
+
+// How the CUDA backend runs small decode steps (benchmarks compare them):
+// fuse: RMSNorm (+ residual add) in the prologue of the following GEMV and
+// SiLU*mul in the gate/up GEMV's epilogue (Backend::fused_decode);
+// fuse_logits: with fuse, the final norm and the logit-row gather in the
+// LM-head GEMV too (else the separate norm and gather kernels); pdl:
+// programmatic dependent launch of the GEMV and RoPE kernels;
+// pdl_early_trigger: let the next kernel launch when this one has started;
+// gemv_max_rows: GEMMs of at most this many rows use the GEMV kernel (1 to
+// kernels::kMaxGemvRows), larger ones cuBLASLt.
+struct DecodeTuning {
+  bool fuse = false;
+  bool fuse_logits = true;
+  bool pdl = false;
+  bool pdl_early_trigger = false;
+  int gemv_max_rows = kernels::kMaxGemvRows;
 };
 
 // Counters of the step-graph cache (tests, benchmarks).
@@ -187,6 +220,29 @@ class Backend {
   // out[r, :] = x[step.logit_rows[r], :]                    out [num_logit_rows, hidden]
   virtual void gather_rows(const TensorView& x, const StepTensors& step, const TensorView& out) = 0;
 
+  // ---- decode fusions (CUDA; the model checks fused_decode first) ----
+  // Whether norm_linear / norm_linear_silu run a step of `num_tokens` rows
+  // of `hidden_size` (their results equal the unfused ops' bit for bit).
+  virtual bool fused_decode(int num_tokens, int hidden_size) const {
+    (void)num_tokens, (void)hidden_size;
+    return false;
+  }
+  // out = x * weight^T (+ bias) with x = the normalized rows of `in`.
+  virtual void norm_linear(const NormedRows& in, const TensorView& weight, const TensorView* bias,
+                           const TensorView& out) {
+    (void)in, (void)weight, (void)bias, (void)out;
+    VPOD_CHECK_MSG(false, "norm_linear without fused_decode");
+  }
+  // out[m, i] = silu(g[m, i]) * g[m, I + i] with g = x * gate_up^T.
+  virtual void norm_linear_silu(const NormedRows& in, const TensorView& gate_up,
+                                const TensorView& out) {
+    (void)in, (void)gate_up, (void)out;
+    VPOD_CHECK_MSG(false, "norm_linear_silu without fused_decode");
+  }
+  // Benchmarks: switch the decode tuning (drops recorded step graphs).
+  virtual void set_decode_tuning(const DecodeTuning& tuning) { (void)tuning; }
+  virtual DecodeTuning decode_tuning() const { return {.fuse = false}; }
+
   // ---- sampling ----
   // Samples the requests' rows of fp32 logits [rows, vocab] in this
   // backend's memory (forward's result) with kernels::sample's semantics;
@@ -233,6 +289,8 @@ struct CudaBackendOptions {
   // Decode GEMMs with M <= kMaxGemvRows use the GEMV kernel (gemv.h) instead
   // of cuBLASLt (off: benchmarks' comparison).
   bool gemv = true;
+  // Decode fusions and programmatic dependent launch (see DecodeTuning).
+  DecodeTuning decode{};
   // Step graphs kept at most (least recently used evicted).
   int max_step_graphs = 128;
   std::size_t gemm_workspace_bytes = 32u << 20;

@@ -326,13 +326,41 @@ class CudaBackend final : public Backend {
   void linear(const TensorView& x, const TensorView& w, const TensorView* bias,
               const TensorView& out) override {
     Timed timed(*this, kGemm);
-    if (options_.gemv && kernels::gemv_supported(x, w, bias, out)) {
-      kernels::gemv_gpu(x, w, bias, out, stream_.get());
+    if (options_.gemv && x.size(0) <= options_.decode.gemv_max_rows &&
+        kernels::gemv_supported(x, w, bias, out)) {
+      kernels::gemv_gpu(x, w, bias, out, stream_.get(), launch_options());
       return;
     }
     const Status s = lt_->gemm(x, w, bias, out, stream_.get());
     VPOD_CHECK_MSG(s.ok(), s.to_string());
   }
+  bool fused_decode(int num_tokens, int hidden_size) const override {
+    return options_.decode.fuse && options_.gemv && options_.dtype != DType::f32 &&
+           num_tokens >= 1 && num_tokens <= options_.decode.gemv_max_rows &&
+           num_tokens <= kernels::kMaxGemvRows && hidden_size % 8 == 0 &&
+           static_cast<std::int64_t>(num_tokens) * hidden_size *
+                   static_cast<std::int64_t>(dtype_size(options_.dtype)) <=
+               kernels::kGemvNormMaxSmemBytes;
+  }
+  void norm_linear(const NormedRows& in, const TensorView& w, const TensorView* bias,
+                   const TensorView& out) override {
+    Timed timed(*this, kGemm);
+    kernels::gemv_norm_gpu(gemv_input(in), w, bias, out, false, stream_.get(), launch_options());
+  }
+  void norm_linear_silu(const NormedRows& in, const TensorView& gate_up,
+                        const TensorView& out) override {
+    Timed timed(*this, kGemm);
+    kernels::gemv_norm_gpu(gemv_input(in), gate_up, nullptr, out, true, stream_.get(),
+                           launch_options());
+  }
+  void set_decode_tuning(const DecodeTuning& tuning) override {
+    // Recorded graphs bake in the old launches: drop them.
+    VPOD_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    options_.decode = tuning;
+    graphs_.clear();
+    seen_shapes_.clear();
+  }
+  DecodeTuning decode_tuning() const override { return options_.decode; }
   void head_rms_norm(const TensorView& x, const TensorView& w, float eps) override {
     Timed timed(*this, kOther);
     kernels::head_rms_norm_gpu(x, w, eps, stream_.get());
@@ -351,6 +379,7 @@ class CudaBackend final : public Backend {
     args.inv_freq = rope.inv_freq;
     args.kv = kv;
     args.blocks = blocks;
+    args.launch = launch_options();
     kernels::rope_kv_append_gpu(args, stream_.get());
   }
 
@@ -379,6 +408,20 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr int kGemm = 0, kAttention = 1, kOther = 2;
+  kernels::LaunchOptions launch_options() const {
+    return {.pdl = options_.decode.pdl, .pdl_early_trigger = options_.decode.pdl_early_trigger};
+  }
+  static kernels::GemvNormInput gemv_input(const NormedRows& in) {
+    kernels::GemvNormInput g;
+    g.residual = in.residual;
+    if (in.delta != nullptr) g.delta = *in.delta;
+    g.weight = in.weight;
+    g.eps = in.eps;
+    if (in.residual_out != nullptr) g.residual_out = *in.residual_out;
+    g.rows = in.rows;
+    g.num_rows = in.num_rows;
+    return g;
+  }
   static constexpr int kMaxTimedOps = 4096;
   // Records an event pair around one op while timing is on.
   class Timed {

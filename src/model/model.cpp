@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <utility>
 
 #include "common/log.h"
 #include "kernels/rope/rope.h"
@@ -409,6 +410,53 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   b.embedding(embed_, step, residual);
+  if (b.fused_decode(num_tokens, c.hidden_size)) {
+    // Few rows: every RMSNorm (with its residual add) runs inside the GEMV
+    // that consumes it, SiLU*mul inside the gate/up GEMV. The residual stream
+    // alternates between residual_ and hidden_ (hidden_ is not needed): the
+    // GEMV that adds delta writes the sum to the other buffer.
+    TensorView cur = residual;
+    TensorView spare = hidden;
+    auto normed = [&](const TensorView& weight, bool add) {
+      NormedRows in;
+      in.residual = cur;
+      in.delta = add ? &delta : nullptr;
+      in.weight = weight;
+      in.eps = c.rms_norm_eps;
+      in.residual_out = add ? &spare : nullptr;
+      in.num_rows = num_tokens;
+      return in;
+    };
+    for (int l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& w = layers_[l];
+      b.norm_linear(normed(w.input_norm, l > 0), w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
+      if (l > 0) std::swap(cur, spare);
+      if (c.qk_norm) {
+        b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
+        b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
+      }
+      const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
+      b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
+      b.attention(q, kv[l], table, step, scale, attn_out3);
+      b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+      b.norm_linear_silu(normed(w.post_norm, true), w.gate_up, act);
+      std::swap(cur, spare);
+      b.linear(act, w.down, nullptr, delta);
+    }
+    if (num_rows > 0 && b.decode_tuning().fuse_logits) {
+      NormedRows last = normed(final_norm_, true);
+      last.residual_out = nullptr;
+      last.rows = step.logit_rows;
+      last.num_rows = num_rows;
+      b.norm_linear(last, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+    } else {
+      b.add_rms_norm(cur, delta, final_norm_, c.rms_norm_eps, spare);
+      const TensorView selected = selected_.slice(0, 0, num_rows);
+      b.gather_rows(spare, step, selected);
+      b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+    }
+    return;
+  }
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     if (l == 0) {

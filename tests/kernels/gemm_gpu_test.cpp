@@ -2,9 +2,15 @@
 // bias, fp32 logits output from bf16 inputs, strided rows, M = 1 (decode).
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/activation/silu_mul.h"
 #include "kernels/gemm/cublaslt.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemv.h"
+#include "kernels/norm/rms_norm.h"
 #include "model_ops_gpu_support.h"
 #include "support/gpu.h"
 
@@ -106,6 +112,148 @@ TEST(GemvGpu, MatchesReference) {
   EXPECT_FALSE(gemv_supported(TensorView(d.data(), DType::bf16, {1, 60}, Device::cuda),
                               TensorView(d.data(), DType::bf16, {8, 60}, Device::cuda), nullptr,
                               TensorView(d.data(), DType::bf16, {1, 8}, Device::cuda)));
+}
+
+// The GEMV's fused prologue (residual add + RMSNorm, rows gathered through
+// an index array, the sum written to residual_out) and its SiLU*mul epilogue
+// give bitwise what the separate kernels give (add_rms_norm_gpu /
+// rms_norm_gpu, gemv_gpu, silu_mul_gpu), with plain and programmatic
+// dependent launches.
+TEST(GemvNormGpu, FusedMatchesSeparateKernelsBitwise) {
+  VPOD_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // ordered with the legacy stream's fills
+  constexpr int kR = kMaxGemvRows;                    // residual rows
+  const LaunchOptions launches[] = {{}, {.pdl = true}, {.pdl = true, .pdl_early_trigger = true}};
+  struct Shape {
+    int n, k;
+  };
+  int checked = 0;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    for (const Shape sh : {Shape{1000, 1024}, Shape{522, 4096}}) {
+      const int n = sh.n, k = sh.k;
+      const auto residual =
+          round_to(random_vector(static_cast<std::size_t>(kR) * k, 31, -2, 2), dt);
+      const auto delta = round_to(random_vector(static_cast<std::size_t>(kR) * k, 32), dt);
+      const auto norm_w = round_to(random_vector(k, 33, 0.5f, 1.5f), dt);
+      const auto w =
+          round_to(random_vector(static_cast<std::size_t>(2 * n) * k, 34, -0.1f, 0.1f), dt);
+      const auto bias = round_to(random_vector(n, 35), dt);
+      auto d_res = to_device(residual, dt);
+      auto d_delta = to_device(delta, dt);
+      auto d_nw = to_device(norm_w, dt);
+      auto d_w = to_device(w, dt);
+      auto d_bias = to_device(bias, dt);
+      const TensorView res_v(d_res.data(), dt, {kR, k}, Device::cuda);
+      const TensorView delta_v(d_delta.data(), dt, {kR, k}, Device::cuda);
+      const TensorView nw_v(d_nw.data(), dt, {k}, Device::cuda);
+      const TensorView w_v(d_w.data(), dt, {n, k}, Device::cuda);         // plain: first n rows
+      const TensorView gu_w_v(d_w.data(), dt, {2 * n, k}, Device::cuda);  // gate/up
+      const TensorView bias_v(d_bias.data(), dt, {n}, Device::cuda);
+      const std::vector<std::int32_t> reversed = {3, 2, 1, 0};
+      auto d_rows = cuda::DeviceBuffer::allocate(sizeof(std::int32_t) * kR);
+      ASSERT_TRUE(d_rows.ok());
+      d_rows->copy_from_host(reversed.data(), sizeof(std::int32_t) * kR);
+      for (bool add : {false, true}) {
+        // Separate kernels over all kR rows.
+        auto sum = to_device(residual, dt);  // residual + delta after add_rms_norm
+        auto hidden = poisoned(static_cast<std::size_t>(kR) * k, dt);
+        const TensorView sum_v(sum.data(), dt, {kR, k}, Device::cuda);
+        const TensorView hidden_v(hidden.data(), dt, {kR, k}, Device::cuda);
+        if (add) {
+          add_rms_norm_gpu(sum_v, delta_v, nw_v, 1e-5f, hidden_v, stream);
+        } else {
+          rms_norm_gpu(sum_v, nw_v, 1e-5f, hidden_v, stream);
+        }
+        auto ref = poisoned(static_cast<std::size_t>(kR) * n, dt);
+        const TensorView ref_v(ref.data(), dt, {kR, n}, Device::cuda);
+        gemv_gpu(hidden_v, w_v, add ? &bias_v : nullptr, ref_v, stream);
+        auto gu = poisoned(static_cast<std::size_t>(kR) * 2 * n, dt);
+        const TensorView gu_v(gu.data(), dt, {kR, 2 * n}, Device::cuda);
+        gemv_gpu(hidden_v, gu_w_v, nullptr, gu_v, stream);
+        auto act_ref = poisoned(static_cast<std::size_t>(kR) * n, dt);
+        silu_mul_gpu(gu_v, TensorView(act_ref.data(), dt, {kR, n}, Device::cuda), stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const auto want_out = to_host(ref, static_cast<std::size_t>(kR) * n, dt);
+        const auto want_act = to_host(act_ref, static_cast<std::size_t>(kR) * n, dt);
+        const auto want_sum = to_host(sum, static_cast<std::size_t>(kR) * k, dt);
+        for (int m = 1; m <= kR; ++m) {
+          for (bool gather : {false, true}) {
+            for (const LaunchOptions& launch : launches) {
+              GemvNormInput in;
+              in.residual = res_v;
+              if (add) in.delta = delta_v;
+              in.weight = nw_v;
+              in.eps = 1e-5f;
+              auto rout = poisoned(static_cast<std::size_t>(m) * k, dt);
+              if (add) in.residual_out = TensorView(rout.data(), dt, {m, k}, Device::cuda);
+              in.rows = gather ? d_rows->as<std::int32_t>() : nullptr;
+              in.num_rows = m;
+              auto out = poisoned(static_cast<std::size_t>(m) * n, dt);
+              auto act = poisoned(static_cast<std::size_t>(m) * n, dt);
+              const TensorView out_v(out.data(), dt, {m, n}, Device::cuda);
+              const TensorView act_v(act.data(), dt, {m, n}, Device::cuda);
+              ASSERT_TRUE(gemv_norm_supported(in, w_v, add ? &bias_v : nullptr, out_v, false));
+              ASSERT_TRUE(gemv_norm_supported(in, gu_w_v, nullptr, act_v, true));
+              gemv_norm_gpu(in, w_v, add ? &bias_v : nullptr, out_v, false, stream, launch);
+              gemv_norm_gpu(in, gu_w_v, nullptr, act_v, true, stream, launch);
+              ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+              const auto got_out = to_host(out, static_cast<std::size_t>(m) * n, dt);
+              const auto got_act = to_host(act, static_cast<std::size_t>(m) * n, dt);
+              const auto got_sum = to_host(rout, static_cast<std::size_t>(m) * k, dt);
+              for (int i = 0; i < m; ++i) {
+                const int r = gather ? reversed[i] : i;
+                const std::string what =
+                    std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k) + " m=" + std::to_string(m) + " row " +
+                    std::to_string(i) + " add=" + std::to_string(add) +
+                    " gather=" + std::to_string(gather) + " pdl=" + std::to_string(launch.pdl) +
+                    std::to_string(launch.pdl_early_trigger);
+                ASSERT_TRUE(std::equal(got_out.begin() + i * n, got_out.begin() + (i + 1) * n,
+                                       want_out.begin() + r * n))
+                    << "GEMV output differs: " << what;
+                ASSERT_TRUE(std::equal(got_act.begin() + i * n, got_act.begin() + (i + 1) * n,
+                                       want_act.begin() + r * n))
+                    << "SiLU*mul output differs: " << what;
+                if (add) {
+                  ASSERT_TRUE(std::equal(got_sum.begin() + i * k, got_sum.begin() + (i + 1) * k,
+                                         want_sum.begin() + r * k))
+                      << "residual_out differs: " << what;
+                }
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("fused GEMV: %d rows bitwise equal to the separate kernels\n", checked);
+  // What it refuses: rows above the limit, a residual_out aliasing the
+  // residual, a prologue beyond the shared-memory limit.
+  auto d = to_device(std::vector<float>(8 * 8192, 0.5f), DType::bf16);
+  GemvNormInput in;
+  in.residual = TensorView(d.data(), DType::bf16, {kMaxGemvRows + 1, 64}, Device::cuda);
+  in.weight = TensorView(d.data(), DType::bf16, {64}, Device::cuda);
+  in.num_rows = kMaxGemvRows + 1;
+  const TensorView w64(d.data(), DType::bf16, {8, 64}, Device::cuda);
+  EXPECT_FALSE(gemv_norm_supported(
+      in, w64, nullptr, TensorView(d.data(), DType::bf16, {kMaxGemvRows + 1, 8}, Device::cuda),
+      false));
+  in.num_rows = 1;
+  EXPECT_TRUE(gemv_norm_supported(in, w64, nullptr,
+                                  TensorView(d.data(), DType::bf16, {1, 8}, Device::cuda), false));
+  in.residual_out = in.residual;
+  EXPECT_FALSE(gemv_norm_supported(in, w64, nullptr,
+                                   TensorView(d.data(), DType::bf16, {1, 8}, Device::cuda), false));
+  GemvNormInput big;
+  big.residual = TensorView(d.data(), DType::bf16, {4, 8192}, Device::cuda);
+  big.weight = TensorView(d.data(), DType::bf16, {8192}, Device::cuda);
+  big.num_rows = 4;  // 4 x 8192 x 2 bytes = 64 KB of prologue
+  EXPECT_FALSE(gemv_norm_supported(big, TensorView(d.data(), DType::bf16, {2, 8192}, Device::cuda),
+                                   nullptr, TensorView(d.data(), DType::bf16, {4, 2}, Device::cuda),
+                                   false));
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include "paged_support.h"
 #include "support/gpu.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -160,6 +162,51 @@ TEST(CudaBackend, Bf16HybridBatchMatchesCpuAndSimpleAttention) {
   std::filesystem::remove_all(dir);
 }
 
+// Prefills 4 sequences on a fresh cache, then decodes 4 of them 10 steps,
+// then 3, then 1 (several launch shapes, contexts growing across attention-
+// plan changes); returns every decode step's logits.
+std::vector<std::vector<float>> decode_steps(Model& m, Backend& backend, bool graphs) {
+  const int vocab = m.config().vocab_size;
+  auto kv = KvCacheBuffers::create(backend, m.config(), m.kv_dtype(), 4, 512);
+  EXPECT_TRUE(kv.ok());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> tok(0, vocab - 1);
+  const int lens[] = {150, 7, 64, 300};
+  HybridBatch prefill;
+  int offset = 0;
+  for (int slot = 0; slot < 4; ++slot) {
+    prefill.prefills.push_back(
+        {.slot = slot, .cached_len = 0, .num_new = lens[slot], .token_offset = offset});
+    for (int i = 0; i < lens[slot]; ++i) {
+      prefill.token_ids.push_back(tok(rng));
+      prefill.positions.push_back(i);
+    }
+    offset += lens[slot];
+  }
+  m.set_step_graphs(graphs);
+  const auto prefilled = m.forward(prefill, kv->views());
+  EXPECT_TRUE(prefilled.ok()) << prefilled.status().to_string();
+  int context[] = {lens[0], lens[1], lens[2], lens[3]};
+  std::vector<std::vector<float>> steps;
+  for (int active : {4, 3, 1}) {
+    for (int step = 0; step < 10; ++step) {
+      HybridBatch d;
+      for (int slot = 0; slot < active; ++slot) {
+        d.decodes.push_back(
+            {.slot = slot, .cached_len = context[slot], .num_new = 1, .token_offset = slot});
+        d.token_ids.push_back(tok(rng));
+        d.positions.push_back(context[slot]);
+        ++context[slot];
+      }
+      auto logits = m.forward(d, kv->views());
+      EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+      if (!logits.ok()) return steps;
+      steps.push_back(testing::download(backend, *logits));
+    }
+  }
+  return steps;
+}
+
 // Decode steps replayed from CUDA graphs give bitwise the logits of the same
 // steps run eagerly: 4 sequences decode 10 steps, then 3, then 1 (several
 // launch shapes, contexts growing across attention-plan changes), on two
@@ -179,49 +226,8 @@ TEST(CudaBackend, DecodeGraphsMatchEagerBitwise) {
   auto model = Model::load(dir, **backend, {.max_num_tokens = 1024, .max_num_sequences = 8});
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   Model& m = **model;
-  const int vocab = m.config().vocab_size;
 
-  // Runs prefill + decodes on a fresh cache; returns every decode step's logits.
-  auto run = [&](bool graphs) {
-    auto kv = KvCacheBuffers::create(**backend, m.config(), m.kv_dtype(), 4, 512);
-    EXPECT_TRUE(kv.ok());
-    std::mt19937 rng(11);
-    std::uniform_int_distribution<int> tok(0, vocab - 1);
-    const int lens[] = {150, 7, 64, 300};
-    HybridBatch prefill;
-    int offset = 0;
-    for (int slot = 0; slot < 4; ++slot) {
-      prefill.prefills.push_back(
-          {.slot = slot, .cached_len = 0, .num_new = lens[slot], .token_offset = offset});
-      for (int i = 0; i < lens[slot]; ++i) {
-        prefill.token_ids.push_back(tok(rng));
-        prefill.positions.push_back(i);
-      }
-      offset += lens[slot];
-    }
-    m.set_step_graphs(graphs);
-    const auto prefilled = m.forward(prefill, kv->views());
-    EXPECT_TRUE(prefilled.ok()) << prefilled.status().to_string();
-    int context[] = {lens[0], lens[1], lens[2], lens[3]};
-    std::vector<std::vector<float>> steps;
-    for (int active : {4, 3, 1}) {
-      for (int step = 0; step < 10; ++step) {
-        HybridBatch d;
-        for (int slot = 0; slot < active; ++slot) {
-          d.decodes.push_back(
-              {.slot = slot, .cached_len = context[slot], .num_new = 1, .token_offset = slot});
-          d.token_ids.push_back(tok(rng));
-          d.positions.push_back(context[slot]);
-          ++context[slot];
-        }
-        auto logits = m.forward(d, kv->views());
-        EXPECT_TRUE(logits.ok()) << logits.status().to_string();
-        if (!logits.ok()) return steps;
-        steps.push_back(testing::download(**backend, *logits));
-      }
-    }
-    return steps;
-  };
+  auto run = [&](bool graphs) { return decode_steps(m, **backend, graphs); };
   const StepGraphStats before = (*backend)->step_graph_stats();
   const auto eager = run(false);
   EXPECT_EQ((*backend)->step_graph_stats().launched, before.launched);
@@ -237,6 +243,68 @@ TEST(CudaBackend, DecodeGraphsMatchEagerBitwise) {
     EXPECT_EQ(std::memcmp(eager[i].data(), graphed[i].data(), eager[i].size() * sizeof(float)), 0)
         << "decode step " << i << " differs between graph and eager";
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The decode fusions (RMSNorm + residual add in the GEMV prologue, SiLU*mul
+// in the gate/up GEMV, final norm + row gather in the LM-head GEMV) and
+// programmatic dependent launch give bitwise the logits of the unfused
+// kernels, eagerly and from step graphs, on 4-, 3- and 1-row decode steps.
+TEST(CudaBackend, DecodeFusionsAndPdlMatchUnfusedBitwise) {
+  VPOD_REQUIRE_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("vpod_test_fusion_" + std::to_string(::getpid()));
+  MakeModelOptions o;
+  o.out_dir = dir;
+  o.preset = "test-llama3";
+  o.seed = 6;
+  o.with_tokenizer = false;
+  ASSERT_TRUE(make_model(o).ok());
+  auto backend = make_cuda_backend({.dtype = DType::bf16});
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  auto model = Model::load(dir, **backend, {.max_num_tokens = 1024, .max_num_sequences = 8});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  Backend& b = **backend;
+  b.set_decode_tuning({.fuse = true});
+  EXPECT_TRUE(b.fused_decode(4, m.config().hidden_size));
+  EXPECT_FALSE(b.fused_decode(5, m.config().hidden_size));
+
+  b.set_decode_tuning({.fuse = false});
+  EXPECT_FALSE(b.fused_decode(1, m.config().hidden_size));
+  const auto unfused = decode_steps(m, b, false);
+  ASSERT_EQ(unfused.size(), 30u);
+  const DecodeTuning variants[] = {{.fuse = true},
+                                   {.fuse = true, .fuse_logits = false},
+                                   {.fuse = true, .fuse_logits = false, .pdl = true},
+                                   {.fuse = true, .pdl = true},
+                                   {.fuse = true, .pdl = true, .pdl_early_trigger = true},
+                                   {.fuse = false, .pdl = true, .pdl_early_trigger = true}};
+  for (const DecodeTuning& t : variants) {
+    b.set_decode_tuning(t);
+    for (bool graphs : {false, true}) {
+      const auto got = decode_steps(m, b, graphs);
+      ASSERT_EQ(got.size(), unfused.size());
+      int differing = 0;
+      float max_diff = 0.0f;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].size(), unfused[i].size());
+        if (std::memcmp(got[i].data(), unfused[i].data(), got[i].size() * sizeof(float)) != 0) {
+          ++differing;
+        }
+        for (std::size_t j = 0; j < got[i].size(); ++j) {
+          max_diff = std::max(max_diff, std::fabs(got[i][j] - unfused[i][j]));
+        }
+      }
+      std::printf(
+          "fuse %d logits %d pdl %d early %d graphs %d: %d of %zu steps differ, max diff %g\n",
+          t.fuse, t.fuse_logits, t.pdl, t.pdl_early_trigger, graphs, differing, got.size(),
+          max_diff);
+      EXPECT_EQ(differing, 0) << "fuse " << t.fuse << " pdl " << t.pdl << " early "
+                              << t.pdl_early_trigger << " graphs " << graphs;
+    }
+  }
+  b.set_decode_tuning({});
   std::filesystem::remove_all(dir);
 }
 

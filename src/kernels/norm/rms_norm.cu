@@ -1,8 +1,11 @@
 // RMSNorm kernels: one CTA per row (residual add fused), one warp per head
-// for the per-head form.
+// for the per-head form. fp16/bf16 rows that are 16-byte aligned with
+// dim % 8 == 0 go through rms_norm_device.cuh (16-byte chunks), the same
+// arithmetic as the GEMV's fused norm prologue.
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/norm/rms_norm.h"
+#include "kernels/norm/rms_norm_device.cuh"
 
 namespace vpod::kernels {
 
@@ -20,6 +23,23 @@ struct RmsNormParams {
   int dim;
   float eps;
 };
+
+// 16-byte chunks (rms_norm_device.cuh).
+template <typename T, bool kAddResidual>
+__global__ void rms_norm_vec_kernel(const __grid_constant__ RmsNormParams p) {
+  const std::int64_t row = blockIdx.x;
+  T* out = static_cast<T*>(p.out) + row * p.out_stride;
+  if constexpr (kAddResidual) {
+    T* res = static_cast<T*>(p.residual) + row * p.residual_stride;
+    const T* d = static_cast<const T*>(p.delta) + row * p.delta_stride;
+    const float sum = rms_pass1<T>(res, d, res, nullptr, p.dim);
+    rms_pass2<T>(res, static_cast<const T*>(p.weight), sum, p.eps, out, p.dim);
+  } else {
+    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+    const float sum = rms_pass1<T>(x, nullptr, nullptr, nullptr, p.dim);
+    rms_pass2<T>(x, static_cast<const T*>(p.weight), sum, p.eps, out, p.dim);
+  }
+}
 
 template <typename T, bool kAddResidual>
 __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
@@ -92,6 +112,21 @@ void check_norm_views(const TensorView& x, const TensorView& weight, const Tenso
   VPOD_CHECK(x.dtype() == out.dtype() && weight.dtype() == x.dtype());
 }
 
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// Whether the 16-byte chunk kernel applies (fp16/bf16, aligned rows).
+bool vectorizable(const RmsNormParams& p, DType dtype, bool add) {
+  if (dtype == DType::f32 || p.dim % 8 != 0 || !aligned16(p.weight) || !aligned16(p.out) ||
+      p.out_stride % 8 != 0) {
+    return false;
+  }
+  if (add) {
+    return aligned16(p.residual) && aligned16(p.delta) && p.residual_stride % 8 == 0 &&
+           p.delta_stride % 8 == 0;
+  }
+  return aligned16(p.x) && p.x_stride % 8 == 0;
+}
+
 }  // namespace
 
 void rms_norm_gpu(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
@@ -106,8 +141,14 @@ void rms_norm_gpu(const TensorView& x, const TensorView& weight, float eps, cons
   p.out_stride = out.stride(0);
   p.dim = static_cast<int>(x.size(1));
   p.eps = eps;
+  const bool vec = vectorizable(p, x.dtype(), false);
   VPOD_DISPATCH_DTYPE(x.dtype(), T, {
-    rms_norm_kernel<T, false><<<static_cast<unsigned>(x.size(0)), kNormThreads, 0, stream>>>(p);
+    if (vec) {
+      rms_norm_vec_kernel<T, false>
+          <<<static_cast<unsigned>(x.size(0)), kNormThreads, 0, stream>>>(p);
+    } else {
+      rms_norm_kernel<T, false><<<static_cast<unsigned>(x.size(0)), kNormThreads, 0, stream>>>(p);
+    }
   });
   VPOD_CUDA_CHECK_LAUNCH();
 }
@@ -127,9 +168,15 @@ void add_rms_norm_gpu(const TensorView& residual, const TensorView& delta, const
   p.out_stride = out.stride(0);
   p.dim = static_cast<int>(residual.size(1));
   p.eps = eps;
+  const bool vec = vectorizable(p, residual.dtype(), true);
   VPOD_DISPATCH_DTYPE(residual.dtype(), T, {
-    rms_norm_kernel<T, true>
-        <<<static_cast<unsigned>(residual.size(0)), kNormThreads, 0, stream>>>(p);
+    if (vec) {
+      rms_norm_vec_kernel<T, true>
+          <<<static_cast<unsigned>(residual.size(0)), kNormThreads, 0, stream>>>(p);
+    } else {
+      rms_norm_kernel<T, true>
+          <<<static_cast<unsigned>(residual.size(0)), kNormThreads, 0, stream>>>(p);
+    }
   });
   VPOD_CUDA_CHECK_LAUNCH();
 }

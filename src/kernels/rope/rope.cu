@@ -3,6 +3,7 @@
 // attention kernels that read the step's k directly).
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/rope/rope.h"
 
 namespace vpod::kernels {
@@ -24,10 +25,13 @@ struct RopeKernelParams {
   const std::int32_t* block_table;  // paged: [slots, table_stride]; null: contiguous
   int table_stride, block_shift;
   int q_heads, kv_heads, head_dim;
+  bool early_trigger;
 };
 
 template <typename T>
 __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p) {
+  if (p.early_trigger) pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
   const float pos = static_cast<float>(p.positions[t]);
@@ -123,9 +127,12 @@ void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
   p.q_heads = static_cast<int>(q.size(1));
   p.kv_heads = a.kv.num_kv_heads;
   p.head_dim = a.kv.head_dim;
+  p.early_trigger = a.launch.pdl_early_trigger;
   constexpr int kThreads = 256;
-  VPOD_DISPATCH_DTYPE(q.dtype(), T,
-                      { rope_kv_append_kernel<T><<<tokens, kThreads, 0, stream>>>(p); });
+  VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+    VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_kernel<T>, dim3(tokens), dim3(kThreads), 0,
+                                  stream, a.launch.pdl, p));
+  });
   VPOD_CUDA_CHECK_LAUNCH();
 }
 

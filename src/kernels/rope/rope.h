@@ -10,6 +10,7 @@
 
 #include "common/kv_view.h"
 #include "common/tensor_view.h"
+#include "kernels/launch_options.h"
 
 namespace vpod::kernels {
 
@@ -78,6 +79,7 @@ struct RopeKvAppendArgs {
   const float* inv_freq = nullptr;          // [D/2]
   KvLayerView kv;
   KvBlockTable blocks;  // paged cache: device table (else unset)
+  LaunchOptions launch;
 };
 void rope_kv_append_gpu(const RopeKvAppendArgs& args, cudaStream_t stream);
 
