@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -74,6 +75,7 @@ struct Args {
   int prefill_splits = 0;
   int decode_splits = 0;
   std::string decode_kernel = "auto";
+  std::vector<std::string> decode_shapes;  // extra decode cases, BATCHxCONTEXT
   int min_iters = 20;
   int max_iters = 200;
   double target_ms = 300.0;
@@ -521,11 +523,23 @@ int run(const Args& args) {
     fmt::print(stderr, "vpod bench attention: {}\n", stream.status().to_string());
     return 1;
   }
+  std::vector<Case> cases = all_cases();
+  for (const std::string& shape : args.decode_shapes) {
+    int batch = 0, ctx = 0;
+    char x = 0;
+    if (std::sscanf(shape.c_str(), "%d%c%d", &batch, &x, &ctx) != 3 || x != 'x' || batch < 1 ||
+        ctx < 1) {
+      fmt::print(stderr, "vpod bench attention: --decode-shape {}: expected BATCHxCONTEXT\n",
+                 shape);
+      return 2;
+    }
+    cases.push_back({fmt::format("decode {}x{}", batch, ctx), true, batch, ctx - 1, 1});
+  }
   std::vector<Row> rows;
   bool all_valid = true;
   const double read_ceiling =
       measure_read_ceiling_tbps(args, prop.multiProcessorCount, stream->get());
-  for (const Case& c : all_cases()) {
+  for (const Case& c : cases) {
     if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
     const Status s = run_case(c, args, dims, prop.multiProcessorCount,
                               static_cast<std::size_t>(prop.l2CacheSize), stream->get(), rows);
@@ -567,7 +581,7 @@ int run(const Args& args) {
     out["decode_splits"] = args.decode_splits;
     out["heads"] = {
         {"q", dims.num_q_heads}, {"kv", dims.num_kv_heads}, {"head_dim", dims.head_dim}};
-    for (const Case& c : all_cases()) {
+    for (const Case& c : cases) {
       out["shapes"].push_back({{"name", c.name},
                                {"decode", c.decode},
                                {"batch", c.batch},
@@ -621,6 +635,8 @@ void add_attention_bench(CLI::App& bench) {
                   "auto (VPOD_ATTENTION_DECODE or the default), tile or heads")
       ->check(CLI::IsMember({"auto", "tile", "heads"}))
       ->capture_default_str();
+  cmd->add_option("--decode-shape", args->decode_shapes,
+                  "extra decode cases BATCHxCONTEXT (e.g. 128x4096), after the fixed ones");
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -251,6 +252,44 @@ TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
   auto wide = AttentionPlan::create(make_batch({}, {100}), {64, 2, 128, DType::bf16}, h200());
   ASSERT_TRUE(wide.ok());
   EXPECT_EQ(wide->decode_head_chunks(), 2);
+}
+
+TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
+  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr) {
+    GTEST_SKIP() << "VPOD_ATTENTION_DECODE is set: the automatic choice is overridden";
+  }
+  auto plan_for = [](int batch, int context) {
+    return AttentionPlan::create(make_batch({}, std::vector<int>(batch, context)), llama_dims(),
+                                 h200())
+        .value();
+  };
+  // Tile grid beyond one wave (512 / 1024 CTAs on 264 slots), heads grid
+  // within one (2 splits -> 256, unsplit -> 256): heads.
+  const AttentionPlan big = plan_for(64, 8192);
+  EXPECT_EQ(big.decode_kernel(), DecodeKernel::heads);
+  EXPECT_EQ(big.decode_items().size(), 128u);
+  const AttentionPlan wide = plan_for(128, 4096);
+  EXPECT_EQ(wide.decode_kernel(), DecodeKernel::heads);
+  EXPECT_EQ(wide.decode_items().size(), 128u);
+  EXPECT_TRUE(wide.decode_combines().empty());
+  // Heads would need two waves too (512 CTAs): tile.
+  EXPECT_EQ(plan_for(256, 2048).decode_kernel(), DecodeKernel::tile);
+  // The tile grid fits one wave (unsplit, or 16 x 16K split in 2): tile.
+  EXPECT_EQ(plan_for(32, 4096).decode_kernel(), DecodeKernel::tile);
+  const AttentionPlan few = plan_for(16, 16384);
+  EXPECT_EQ(few.decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(few.decode_items().size(), 32u);
+  // Forced splits and explicit kernels are kept as asked.
+  PlanOptions forced = h200();
+  forced.decode_splits = 2;
+  EXPECT_EQ(AttentionPlan::create(make_batch({}, std::vector<int>(128, 4096)), llama_dims(), forced)
+                ->decode_kernel(),
+            DecodeKernel::tile);
+  PlanOptions tile = h200();
+  tile.decode_kernel = DecodeKernel::tile;
+  EXPECT_EQ(AttentionPlan::create(make_batch({}, std::vector<int>(128, 4096)), llama_dims(), tile)
+                ->decode_kernel(),
+            DecodeKernel::tile);
 }
 
 TEST(AttentionPlanTest, UploadChecksTheBuffer) {

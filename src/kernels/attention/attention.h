@@ -73,9 +73,12 @@ struct PagedKvView {
 
 // The decode kernel a plan is cut for (docs/attention.md).
 enum class DecodeKernel {
-  automatic,  // VPOD_ATTENTION_DECODE=tile|heads when set, else the default (tile)
-  tile,       // one CTA per (split, KV head, head chunk); its 4 warps share the keys
-  heads,      // one CTA per (split, 4 KV heads / head chunks); one warp per head
+  // VPOD_ATTENTION_DECODE=tile|heads when set; else per batch: heads when the
+  // tile grid needs more than one wave of CTA slots and the heads grid fits
+  // in one, tile otherwise.
+  automatic,
+  tile,   // one CTA per (split, KV head, head chunk); its 4 warps share the keys
+  heads,  // one CTA per (split, 4 KV heads / head chunks); one warp per head
 };
 
 struct PlanOptions {

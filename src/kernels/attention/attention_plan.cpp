@@ -8,6 +8,7 @@
 #include <cstring>
 #include <queue>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -161,6 +162,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   AttentionPlan plan;
   plan.dims_ = dims;
   plan.decode_kernel_ = resolve_decode_kernel(options.decode_kernel);
+  // Neither requested nor set by VPOD_ATTENTION_DECODE: chosen per batch below.
+  static const bool env_set = std::getenv("VPOD_ATTENTION_DECODE") != nullptr;
+  const bool automatic = options.decode_kernel == DecodeKernel::automatic && !env_set;
   plan.num_prefill_tokens_ = batch.num_prefill_tokens();
   plan.num_decode_tokens_ = batch.num_decode_tokens();
   for (const auto* list : {&batch.prefills, &batch.decodes}) {
@@ -269,12 +273,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   // on num_sms * kDecodeCtasPerSm CTA slots, counting each CTA's fixed cost
   // and the combine a split needs.
   // A heads CTA reads the keys of up to kDecodeHeadsPerCta units: its cost is
-  // that many one-head blocks per key block.
-  const int ctas_per_item = plan.decode_ctas_per_item();
-  const int units_per_cta =
-      plan.decode_kernel_ == DecodeKernel::heads
-          ? std::min(kDecodeHeadsPerCta, dims.num_kv_heads * plan.decode_head_chunks())
-          : 1;
+  // that many one-head blocks per key block, and there are that many times
+  // fewer CTAs.
+  const int units = dims.num_kv_heads * plan.decode_head_chunks();
   const int decode_slots = options.num_sms * kDecodeCtasPerSm;
   const double combine_overhead = kDecodeCombineOverheadBlocks128 * 128.0 / dims.head_dim;
   std::vector<int> decode_blocks;
@@ -284,41 +285,64 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
     max_blocks = std::max(max_blocks, decode_blocks.back());
   }
   auto splits_for = [&](int blocks, int chunk) { return ceil_div(blocks, chunk); };
-  int best_chunk = std::max(max_blocks, 1);
-  if (options.decode_splits > 0) {
-    best_chunk = std::max(1, ceil_div(max_blocks, options.decode_splits));
-  } else if (!decode_blocks.empty()) {
-    double best_time = -1.0;
-    int last_chunk = -1;
-    for (int n = 1; n <= kMaxDecodeSplits; ++n) {
-      const int chunk = std::max(1, ceil_div(max_blocks, n));
-      if (chunk == last_chunk) continue;
-      last_chunk = chunk;
-      long long ctas = 0;
-      for (int blocks : decode_blocks) ctas += splits_for(blocks, chunk);
-      ctas *= ctas_per_item;
-      // Beyond four waves a finer split only adds fixed costs (and planning time).
-      if (n > 1 && ctas > 4LL * decode_slots) break;
-      std::vector<double> costs;
-      bool any_split = false;
-      for (int blocks : decode_blocks) {
-        const int splits = splits_for(blocks, chunk);
-        any_split = any_split || splits > 1;
-        const int per = ceil_div(blocks, splits);
-        for (int j = 0; j < splits; ++j) {
-          const int b = std::min(per, blocks - j * per);
-          for (int h = 0; h < ctas_per_item; ++h) {
-            costs.push_back(b * units_per_cta + kDecodeCtaOverheadBlocks);
+  // The chunk (key blocks per split) for one kernel, and its grid's CTAs.
+  auto choose_chunk = [&](DecodeKernel kernel) {
+    const bool heads = kernel == DecodeKernel::heads;
+    const int ctas_per_item = heads ? ceil_div(units, kDecodeHeadsPerCta) : units;
+    const int units_per_cta = heads ? std::min(kDecodeHeadsPerCta, units) : 1;
+    int best_chunk = std::max(max_blocks, 1);
+    if (options.decode_splits > 0) {
+      best_chunk = std::max(1, ceil_div(max_blocks, options.decode_splits));
+    } else if (!decode_blocks.empty()) {
+      double best_time = -1.0;
+      int last_chunk = -1;
+      for (int n = 1; n <= kMaxDecodeSplits; ++n) {
+        const int chunk = std::max(1, ceil_div(max_blocks, n));
+        if (chunk == last_chunk) continue;
+        last_chunk = chunk;
+        long long ctas = 0;
+        for (int blocks : decode_blocks) ctas += splits_for(blocks, chunk);
+        ctas *= ctas_per_item;
+        // Beyond four waves a finer split only adds fixed costs (and planning time).
+        if (n > 1 && ctas > 4LL * decode_slots) break;
+        std::vector<double> costs;
+        bool any_split = false;
+        for (int blocks : decode_blocks) {
+          const int splits = splits_for(blocks, chunk);
+          any_split = any_split || splits > 1;
+          const int per = ceil_div(blocks, splits);
+          for (int j = 0; j < splits; ++j) {
+            const int b = std::min(per, blocks - j * per);
+            for (int h = 0; h < ctas_per_item; ++h) {
+              costs.push_back(b * units_per_cta + kDecodeCtaOverheadBlocks);
+            }
           }
         }
+        std::sort(costs.begin(), costs.end(), std::greater<double>());
+        const double time =
+            estimate_makespan(costs, decode_slots) + (any_split ? combine_overhead : 0.0);
+        if (best_time < 0.0 || time < best_time - 1e-9) {
+          best_time = time;
+          best_chunk = chunk;
+        }
       }
-      std::sort(costs.begin(), costs.end(), std::greater<double>());
-      const double time =
-          estimate_makespan(costs, decode_slots) + (any_split ? combine_overhead : 0.0);
-      if (best_time < 0.0 || time < best_time - 1e-9) {
-        best_time = time;
-        best_chunk = chunk;
-      }
+    }
+    long long ctas = 0;
+    for (int blocks : decode_blocks) ctas += splits_for(blocks, best_chunk);
+    return std::pair<int, long long>{best_chunk, ctas * ctas_per_item};
+  };
+  auto [best_chunk, ctas] = choose_chunk(plan.decode_kernel_);
+  // Automatic: the heads kernel when the tile grid runs more than one wave of
+  // CTA slots and the heads grid (4x fewer CTAs) fits in one; measured on the
+  // H200: 64 x 8K 0.4697 vs 0.4730 ms, 128 x 4K 0.4759 vs 0.4847 ms (tile
+  // unsplit, 1.9 and 3.9 waves); where heads would run two waves (256 x 2K:
+  // 0.4825 vs 0.4791 ms) or the tile grid is one wave (32 x 4K, 16 x 16K
+  // split in 2), the tile kernel is as fast or faster. See docs/attention.md.
+  if (automatic && options.decode_splits == 0 && ctas > decode_slots) {
+    const auto [heads_chunk, heads_ctas] = choose_chunk(DecodeKernel::heads);
+    if (heads_ctas <= decode_slots) {
+      plan.decode_kernel_ = DecodeKernel::heads;
+      best_chunk = heads_chunk;
     }
   }
   for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) {
