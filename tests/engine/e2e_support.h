@@ -368,4 +368,130 @@ inline void check_stop_string_across_tokens(Env& env) {
   FAIL() << "no straddling ASCII stop string found in the outputs";
 }
 
+// Every field of a delta, as one comparable line.
+inline std::string describe(const RequestOutput& d) {
+  std::string s = "tokens=";
+  for (std::int32_t t : d.token_ids) s += std::to_string(t) + ",";
+  s += " text='" + d.text + "' logprobs=";
+  for (const SampledToken& t : d.logprobs)
+    s += std::to_string(t.token) + ":" + std::to_string(t.logprob) + " ";
+  s += " finished=" + std::to_string(d.finished) +
+       " reason=" + std::string(finish_reason_name(d.finish_reason)) + " stop='" + d.stop_string +
+       "' stop_token=" + std::to_string(d.stop_token.value_or(-1)) + " error='" + d.error +
+       "' n=" + std::to_string(d.num_generated_tokens);
+  return s;
+}
+
+// The pipelined loop (with and without the worker thread) streams exactly
+// what the synchronous loop streams, delta for delta, on the real model,
+// tokenizer and cache: greedy and seeded requests, stop strings taken from
+// the outputs (so they are hit, often across tokens), clients aborting after
+// a few tokens, and a KV budget that forces preemptions. Exact: only for
+// backends whose results do not depend on the batch (the CPU).
+inline void check_pipelined_streams_equal_synchronous(Env& env) {
+  std::mt19937 rng(99);
+  std::vector<RequestSpec> specs;
+  std::vector<int> abort_after;
+  std::int64_t total_tokens = 0;
+  for (int i = 0; i < 16; ++i) {
+    std::string text = texts()[i % texts().size()];
+    if (i % 3 == 0) text += " " + texts()[rng() % texts().size()];
+    RequestSpec spec = greedy(env, text, 6 + static_cast<int>(rng() % 14));
+    if (i % 2 == 1) {
+      spec.sampling.temperature = 0.9f;
+      spec.sampling.seed = 1000 + i;
+    }
+    if (i % 4 == 0) spec.sampling.logprobs = 2;
+    total_tokens += static_cast<std::int64_t>(spec.prompt_token_ids.size()) + spec.stop.max_tokens;
+    specs.push_back(std::move(spec));
+    abort_after.push_back(i % 5 == 4 ? 1 + static_cast<int>(rng() % 4) : -1);
+  }
+  const std::int64_t kv_tokens = std::max<std::int64_t>(total_tokens / 4, env.max_ctx);
+
+  struct Recorder {
+    std::shared_ptr<RequestStream> stream;
+    std::vector<std::string> deltas;
+    std::string text;
+    int num_tokens = 0;
+    bool finished = false;
+    RequestOutput out;
+    void on_output() {
+      while (stream && stream->try_pop(out)) {
+        deltas.push_back(describe(out));
+        text += out.text;
+        num_tokens += static_cast<int>(out.token_ids.size());
+        finished = finished || out.finished;
+      }
+    }
+  };
+  struct Run {
+    std::vector<std::unique_ptr<Recorder>> rec;
+    MetricsSnapshot metrics;
+  };
+  auto run = [&](LoopMode mode, bool aborts) {
+    Stack stack(env, kv_tokens, /*max_slots=*/16, mode);
+    Run r;
+    for (const RequestSpec& spec : specs) {
+      auto rec = std::make_unique<Recorder>();
+      Recorder* p = rec.get();
+      auto stream = stack.engine->submit(spec, [p] { p->on_output(); });
+      EXPECT_TRUE(stream.ok()) << stream.status().to_string();
+      p->stream = *stream;
+      r.rec.push_back(std::move(rec));
+    }
+    std::vector<bool> aborted(specs.size(), false);
+    for (int step = 0; step < 100000 && stack.engine->has_work(); ++step) {
+      for (std::size_t i = 0; aborts && i < specs.size(); ++i) {
+        if (aborted[i] || abort_after[i] < 0 || r.rec[i]->finished) continue;
+        if (r.rec[i]->num_tokens >= abort_after[i]) {
+          stack.engine->abort(r.rec[i]->stream->id());
+          aborted[i] = true;
+        }
+      }
+      stack.engine->step();
+    }
+    EXPECT_FALSE(stack.engine->has_work());
+    EXPECT_EQ(stack.capacity->used_units(), 0);
+    r.metrics = stack.engine->metrics();
+    return r;
+  };
+
+  // Stop strings from a first run's outputs: 3 ASCII bytes from the middle
+  // of the text (the stop may span tokens; an earlier occurrence stops earlier).
+  const Run plain = run({.async = false, .worker = false}, /*aborts=*/false);
+  int with_stop = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string& text = plain.rec[i]->text;
+    for (std::size_t pos = text.size() / 2; pos + 3 <= text.size(); ++pos) {
+      const std::string stop = text.substr(pos, 3);
+      if (std::all_of(stop.begin(), stop.end(),
+                      [](char c) { return c > ' ' && static_cast<unsigned char>(c) < 0x7f; })) {
+        specs[i].stop.stop = {stop};
+        specs[i].stop.include_stop_str_in_output = i % 4 == 1;
+        ++with_stop;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(with_stop, 8);
+
+  const Run sync = run({.async = false, .worker = false}, /*aborts=*/true);
+  std::printf("synchronous run: %llu preemptions, %llu stop, %llu length, %llu abort\n",
+              static_cast<unsigned long long>(sync.metrics.num_preemptions),
+              static_cast<unsigned long long>(sync.metrics.requests_finished[1]),
+              static_cast<unsigned long long>(sync.metrics.requests_finished[2]),
+              static_cast<unsigned long long>(sync.metrics.requests_finished[3]));
+  EXPECT_GT(sync.metrics.num_preemptions, 0u) << "the KV budget was meant to force preemptions";
+  EXPECT_GT(sync.metrics.requests_finished[static_cast<int>(FinishReason::stop)], 5u);
+  EXPECT_GT(sync.metrics.requests_finished[static_cast<int>(FinishReason::abort)], 1u);
+  for (const LoopMode mode :
+       {LoopMode{.async = true, .worker = false}, LoopMode{.async = true, .worker = true}}) {
+    SCOPED_TRACE(mode.worker ? "pipelined + worker" : "pipelined");
+    const Run got = run(mode, /*aborts=*/true);
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      EXPECT_EQ(got.rec[i]->deltas, sync.rec[i]->deltas) << "request " << i;
+    EXPECT_GT(got.metrics.step_time_total.host_hidden_s, 0.0);
+  }
+}
+
 }  // namespace vpod::engine::e2e

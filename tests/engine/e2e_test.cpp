@@ -54,6 +54,10 @@ TEST_F(EndToEnd, AStopStringAcrossATokenBoundaryIsHeldBackAndCut) {
   check_stop_string_across_tokens(*env);
 }
 
+TEST_F(EndToEnd, PipelinedStreamsEqualTheSynchronousLoop) {
+  check_pipelined_streams_equal_synchronous(*env);
+}
+
 // The GPU runs' comparison (Env::exact_solo_match off), on made-up outputs:
 // a difference is accepted only where the two tokens are a near tie.
 Output made_up(std::vector<std::int32_t> tokens, std::int32_t second, float margin) {
