@@ -193,6 +193,28 @@ class CpuBackend final : public Backend {
                              static_cast<int>(x.size(1)), fp(out), row_stride(out));
   }
 
+  // Decode fusions by composition of the ops above (same fp32 results), so
+  // CI runs the model's fused orchestration (model.cpp) on the CPU too.
+  bool fused_decode(int num_tokens, int hidden_size) const override {
+    (void)hidden_size;
+    return tuning_.fuse && num_tokens >= 1 && num_tokens <= tuning_.gemv_max_rows &&
+           num_tokens <= kernels::kMaxGemvRows;
+  }
+  void norm_linear(const NormedRows& in, const TensorView& weight, const TensorView* bias,
+                   const TensorView& out) override {
+    linear(normalize(in), weight, bias, out);
+  }
+  void norm_linear_silu(const NormedRows& in, const TensorView& gate_up,
+                        const TensorView& out) override {
+    const TensorView x = normalize(in);
+    gate_up_.resize(static_cast<std::size_t>(in.num_rows * gate_up.size(0)));
+    const TensorView g(gate_up_.data(), DType::f32, {in.num_rows, gate_up.size(0)}, Device::cpu);
+    linear(x, gate_up, nullptr, g);
+    silu_mul(g, out);
+  }
+  void set_decode_tuning(const DecodeTuning& tuning) override { tuning_ = tuning; }
+  DecodeTuning decode_tuning() const override { return tuning_; }
+
   Status sample(const TensorView& logits, std::span<const kernels::SampleRequest> requests,
                 std::span<kernels::SampleResult> out) override {
     if (requests.size() != out.size()) return invalid_argument("one result per request");
@@ -212,9 +234,37 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The rows of `in` normalized into normed_ ([num_rows, hidden]); writes
+  // in.residual_out. Row by row through the references add_rms_norm / rms_norm use.
+  TensorView normalize(const NormedRows& in) {
+    const std::int64_t k = in.residual.size(1);
+    const int rows = in.num_rows;
+    normed_.resize(static_cast<std::size_t>(rows * k));
+    sum_.resize(static_cast<std::size_t>(k));
+    for (int m = 0; m < rows; ++m) {
+      const std::int64_t r = in.rows != nullptr ? in.rows[m] : m;
+      VPOD_CHECK(r >= 0 && r < in.residual.size(0));
+      const float* res = fp(in.residual) + r * in.residual.stride(0);
+      float* x = normed_.data() + m * k;
+      if (in.delta == nullptr) {
+        kernels::rms_norm_ref(res, k, fp(in.weight), in.eps, x, k, 1, static_cast<int>(k));
+        continue;
+      }
+      std::copy(res, res + k, sum_.data());
+      kernels::add_rms_norm_ref(sum_.data(), k, fp(*in.delta) + r * in.delta->stride(0), k,
+                                fp(in.weight), in.eps, x, k, 1, static_cast<int>(k));
+      if (in.residual_out != nullptr) {
+        std::copy(sum_.begin(), sum_.end(), fp(*in.residual_out) + m * in.residual_out->stride(0));
+      }
+    }
+    return TensorView(normed_.data(), DType::f32, {rows, k}, Device::cpu);
+  }
+
   kernels::SamplingWorkspace workspace_;
   int threads_;
   StepArrays arrays_;
+  DecodeTuning tuning_;
+  std::vector<float> normed_, sum_, gate_up_;
 };
 
 }  // namespace
