@@ -7,7 +7,7 @@ namespace vpod::engine {
 namespace {
 std::chrono::nanoseconds default_spin(std::chrono::microseconds spin) {
   if (spin.count() >= 0) return spin;
-  return std::thread::hardware_concurrency() >= 8 ? std::chrono::microseconds(100)
+  return std::thread::hardware_concurrency() >= 8 ? std::chrono::microseconds(200)
                                                   : std::chrono::microseconds(0);
 }
 }  // namespace
@@ -52,7 +52,7 @@ Status AsyncExecutor::launch(const HybridBatch& batch, std::span<const SampleSpe
 Status AsyncExecutor::wait() {
   const int state = state_.load(std::memory_order_acquire);
   if (state == kIdle) return {};  // nothing launched
-  if (!spin_while(kQueued)) {
+  if (!spin_until([](int s) { return s != kQueued; })) {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [&] { return state_.load(std::memory_order_acquire) != kQueued; });
   }
@@ -63,12 +63,13 @@ Status AsyncExecutor::wait() {
   return result;
 }
 
-bool AsyncExecutor::spin_while(int from) const {
+template <typename Done>
+bool AsyncExecutor::spin_until(Done done) const {
   if (spin_.count() == 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + spin_;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
-      if (state_.load(std::memory_order_acquire) != from) return true;
+      if (done(state_.load(std::memory_order_acquire))) return true;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
@@ -80,8 +81,8 @@ bool AsyncExecutor::spin_while(int from) const {
 void AsyncExecutor::run() {
   for (;;) {
     // After a step the engine usually launches the next one within its
-    // exposed host time: spin first, then sleep.
-    if (!spin_while(kIdle) || state_.load(std::memory_order_acquire) == kDone) {
+    // exposed host time (collect, schedule, kv.prepare): spin first, then sleep.
+    if (!spin_until([](int s) { return s == kQueued || s == kStop; })) {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] {
         const int s = state_.load(std::memory_order_acquire);

@@ -32,7 +32,7 @@ namespace vpod::engine {
 
 class AsyncExecutor final : public ModelExecutor {
  public:
-  // spin < 0: 100 us on machines with >= 8 hardware threads, 0 otherwise.
+  // spin < 0: 200 us on machines with >= 8 hardware threads, 0 otherwise.
   explicit AsyncExecutor(ModelExecutor& inner,
                          std::chrono::microseconds spin = std::chrono::microseconds(-1));
   ~AsyncExecutor() override;  // joins the worker (a step in flight completes first)
@@ -48,8 +48,9 @@ class AsyncExecutor final : public ModelExecutor {
  private:
   enum State : int { kIdle, kQueued, kDone, kStop };
   void run();
-  // Spins until state_ != from or the spin time is over; true if it changed.
-  bool spin_while(int from) const;
+  // Spins until done(state_) or the spin time is over; true if done.
+  template <typename Done>
+  bool spin_until(Done done) const;
 
   ModelExecutor& inner_;
   std::chrono::nanoseconds spin_;

@@ -35,10 +35,12 @@ constexpr std::int32_t kEos = 0;
 struct LoopMode {
   bool async = true;
   bool worker = false;
+  int spin_us = -1;  // the worker's hand-off spin (-1: AsyncExecutor's default)
 };
 
 std::string mode_name(LoopMode m) {
-  return std::string(m.async ? "async" : "sync") + (m.worker ? "+worker" : "");
+  return std::string(m.async ? "async" : "sync") + (m.worker ? "+worker" : "") +
+         (m.worker && m.spin_us >= 0 ? "(spin " + std::to_string(m.spin_us) + " us)" : "");
 }
 
 // One delta as a comparable line (every field a client sees).
@@ -128,7 +130,8 @@ RunResult run(const Workload& w, LoopMode mode) {
                  /*max_tokens_per_slot=*/128, &memory);
   HashModel model(&memory, kVocab);
   std::unique_ptr<AsyncExecutor> worker;
-  if (mode.worker) worker = std::make_unique<AsyncExecutor>(model);
+  if (mode.worker)
+    worker = std::make_unique<AsyncExecutor>(model, std::chrono::microseconds(mode.spin_us));
   ByteDecoderFactory decoders(word_pieces(kVocab));
   EngineConfig config;
   config.scheduler = {.max_num_seqs = 10, .max_num_batched_tokens = 32};
@@ -192,8 +195,10 @@ TEST(Pipeline, EveryStreamEqualsTheSynchronousLoopDeltaForDelta) {
     if (!d.empty() && d.back().find("stop=''") == std::string::npos) ++stop_strings;
   EXPECT_GT(stop_strings, 20) << "requests ended by a stop string";
 
-  for (const LoopMode mode : {LoopMode{.async = true}, LoopMode{.async = true, .worker = true},
-                              LoopMode{.async = false, .worker = true}}) {
+  for (const LoopMode mode :
+       {LoopMode{.async = true}, LoopMode{.async = true, .worker = true, .spin_us = 0},
+        LoopMode{.async = true, .worker = true, .spin_us = 20},
+        LoopMode{.async = false, .worker = true}}) {
     SCOPED_TRACE(mode_name(mode));
     const RunResult got = run(w, mode);
     ASSERT_EQ(got.deltas.size(), sync.deltas.size());
@@ -318,9 +323,13 @@ class FailingModel final : public ModelExecutor {
   int calls = 0;
 };
 
-TEST(AsyncExecutor, ReturnsEachStepsResultFromWait) {
+// Both hand-offs: sleeping on the condition variable, and spinning (the
+// default on machines with >= 8 hardware threads).
+class AsyncExecutorTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AsyncExecutorTest, ReturnsEachStepsResultFromWait) {
   FailingModel inner;
-  AsyncExecutor worker(inner);
+  AsyncExecutor worker(inner, std::chrono::microseconds(GetParam()));
   HybridBatch batch;
   std::vector<SampleSpec> samples(3);
   std::vector<SampledToken> out(3);
@@ -338,6 +347,8 @@ TEST(AsyncExecutor, ReturnsEachStepsResultFromWait) {
   EXPECT_EQ(inner.calls, 7);
   ASSERT_TRUE(worker.launch(batch, samples, out).ok());  // destroyed with a step in flight
 }
+
+INSTANTIATE_TEST_SUITE_P(Spin, AsyncExecutorTest, ::testing::Values(0, 50, 5000));
 
 }  // namespace
 }  // namespace vpod::engine
