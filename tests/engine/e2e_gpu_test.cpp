@@ -10,7 +10,9 @@
 // bf16 kernels here depend on the batch (GEMV below 5 rows, cuBLASLt above;
 // attention splits by batch shape), so a batched greedy output may part from
 // its solo run where two tokens are a near tie; Env::exact_solo_match is off
-// and the first difference must be one (e2e_support.h).
+// and the first difference must be one (e2e_support.h). The engine runs
+// pipelined with the model on a worker thread (vpod serve's default) except
+// where a test names the synchronous loop.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -85,6 +87,17 @@ TEST_P(EndToEndGpu, AbortMidGenerationFreesTheSlot) { check_abort_frees_the_slot
 
 TEST_P(EndToEndGpu, AStopStringAcrossATokenBoundaryIsHeldBackAndCut) {
   check_stop_string_across_tokens(*env);
+}
+
+// The pipelined loop (worker thread, the default) against the synchronous
+// one on the same schedule: bit-identical streams (see e2e_support.h), and
+// the abort check in the synchronous loop too.
+TEST_P(EndToEndGpu, PipelinedEqualsSynchronousOnTheSameSchedule) {
+  check_pipelined_equals_synchronous_on_the_same_schedule(*env, 16);
+}
+
+TEST_P(EndToEndGpu, AbortMidGenerationFreesTheSlotSynchronous) {
+  check_abort_frees_the_slot(*env, {.async = false, .worker = false});
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, EndToEndGpu,

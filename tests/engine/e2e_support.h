@@ -494,4 +494,71 @@ inline void check_pipelined_streams_equal_synchronous(Env& env) {
   }
 }
 
+// Without stop strings and aborts the pipelined loop plans exactly the
+// synchronous loop's steps (the token-only stop rules run before the next
+// schedule), so even batch-dependent kernels (bf16 on the GPU) give
+// bit-identical streams: a check of the worker-thread path on any backend.
+// `n` requests from the concurrent workload, half of them seeded sampling,
+// through a KV budget that preempts.
+inline void check_pipelined_equals_synchronous_on_the_same_schedule(Env& env, int n) {
+  std::mt19937 rng(7);
+  std::vector<RequestSpec> specs;
+  std::int64_t total_tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    std::string text = texts()[i % texts().size()];
+    const int repeats =
+        env.min_repeats + static_cast<int>(rng() % (env.max_repeats - env.min_repeats + 1));
+    for (int k = 1; k < repeats; ++k) text += " " + texts()[rng() % texts().size()];
+    RequestSpec spec =
+        greedy(env, text, env.min_out + static_cast<int>(rng() % (env.max_out - env.min_out + 1)));
+    if (i % 2 == 1) {
+      spec.sampling.temperature = 1.0f;
+      spec.sampling.seed = 500 + i;
+    }
+    spec.sampling.logprobs = i % 3 == 0 ? std::optional<int>(3) : std::nullopt;
+    total_tokens += static_cast<std::int64_t>(spec.prompt_token_ids.size()) + spec.stop.max_tokens;
+    specs.push_back(std::move(spec));
+  }
+  const std::int64_t kv_tokens = std::max<std::int64_t>(total_tokens / env.kv_divisor, env.max_ctx);
+  struct Run {
+    std::vector<std::vector<std::string>> deltas;
+    MetricsSnapshot metrics;
+  };
+  auto run = [&](LoopMode mode) {
+    Stack stack(env, kv_tokens, /*max_slots=*/n, mode);
+    Run r;
+    r.deltas.resize(specs.size());
+    std::vector<std::shared_ptr<RequestStream>> streams(specs.size());
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto* deltas = &r.deltas[i];
+      auto* stream = &streams[i];
+      auto submitted = stack.engine->submit(specs[i], [deltas, stream] {
+        RequestOutput out;
+        while (*stream && (*stream)->try_pop(out)) deltas->push_back(describe(out));
+      });
+      EXPECT_TRUE(submitted.ok()) << submitted.status().to_string();
+      streams[i] = *submitted;
+    }
+    EXPECT_TRUE(stack.run());
+    r.metrics = stack.engine->metrics();
+    return r;
+  };
+  const Run sync = run({.async = false, .worker = false});
+  const Run pipelined = run({.async = true, .worker = true});
+  EXPECT_GT(sync.metrics.num_preemptions, 0u) << "the KV budget was meant to force preemptions";
+  EXPECT_EQ(pipelined.metrics.num_preemptions, sync.metrics.num_preemptions);
+  EXPECT_EQ(pipelined.metrics.num_steps, sync.metrics.num_steps);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_FALSE(sync.deltas[i].empty());
+    EXPECT_EQ(pipelined.deltas[i], sync.deltas[i]) << "request " << i;
+  }
+  const StepTimes& a = pipelined.metrics.step_time_total;
+  const StepTimes& b = sync.metrics.step_time_total;
+  std::printf(
+      "%llu steps; host work hidden / exposed: pipelined %.1f / %.1f ms, synchronous %.1f / "
+      "%.1f ms\n",
+      static_cast<unsigned long long>(sync.metrics.num_steps), a.host_hidden_s * 1e3,
+      a.host_exposed_s * 1e3, b.host_hidden_s * 1e3, b.host_exposed_s * 1e3);
+}
+
 }  // namespace vpod::engine::e2e

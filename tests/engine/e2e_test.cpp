@@ -58,6 +58,10 @@ TEST_F(EndToEnd, PipelinedStreamsEqualTheSynchronousLoop) {
   check_pipelined_streams_equal_synchronous(*env);
 }
 
+TEST_F(EndToEnd, PipelinedEqualsSynchronousOnTheSameSchedule) {
+  check_pipelined_equals_synchronous_on_the_same_schedule(*env, 12);
+}
+
 // The GPU runs' comparison (Env::exact_solo_match off), on made-up outputs:
 // a difference is accepted only where the two tokens are a near tie.
 Output made_up(std::vector<std::int32_t> tokens, std::int32_t second, float margin) {
