@@ -26,6 +26,7 @@ import glob
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -261,13 +262,53 @@ def allocator(rep, res):
 
 
 # --------------------------------------------------------------------------- offline
+OFFLINE_TABLE_KEYS = {
+    "Model:": "model_name",
+    "Mode (kv-cache+attention):": "mode",
+    "Requests:": "num_requests",
+    "Prompt / output tokens:": "tokens",
+    "Makespan (s):": "makespan_s",
+}
+
+
+def offline_from_log(path):
+    """A run's result from the table `vpod bench offline` printed (its log in DIR/logs),
+    for a run whose JSON file did not come back from the GPU machine."""
+    run = {"source": path}
+    with open(path) as f:
+        for line in f:
+            for label, key in OFFLINE_TABLE_KEYS.items():
+                if line.startswith(label):
+                    run[key] = line[len(label):].strip()
+    try:
+        prompt, output = (int(x) for x in run.pop("tokens").split("/"))
+        n = int(run["num_requests"])
+        run.update(num_requests=n, makespan_s=float(run["makespan_s"]), prompt_tokens=prompt,
+                   output_tokens=output, input_len=prompt // n)
+        run["pd_ratio"] = round(prompt / output, 1) if output else None
+        return run
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+
+
 def offline(rep, res):
     rep.section("End to end: offline makespan")
     runs = []
+    have = set()
     for path in sorted(glob.glob(os.path.join(res, "offline", "*.json"))):
         doc, err = load_json(path)
         if isinstance(doc, dict) and num(doc, "makespan_s"):
             runs.append(doc)
+            have.add(os.path.splitext(os.path.basename(path))[0])
+    for path in sorted(glob.glob(os.path.join(res, "logs", "offline_*.txt"))):
+        tag = os.path.splitext(os.path.basename(path))[0][len("offline_"):]
+        if tag not in have:
+            run = offline_from_log(path)
+            pd = re.search(r"_pd(\d+)_", tag)  # the ratio asked for, as the JSON records it
+            if run is not None and pd:
+                run["pd_ratio"] = float(pd.group(1))
+            if run is not None:
+                runs.append(run)
     if not runs:
         rep.missing("offline makespan", "no offline/*.json")
         return
