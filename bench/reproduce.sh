@@ -6,7 +6,7 @@
 #   3. offline:   vpod bench offline, makespan of static traces (8K/16K prompts, P:D 50/100/500)
 #   4. online:    vpod serve + vpod bench serve, arXiv-like trace, TTFT/TPOT/P99 against rate
 # each end-to-end one in the modes vattn+pod, vattn+serial and paged+serial, on
-# random-weight models at real shapes (vpod make-model presets llama3-8b, yi-6b).
+# random-weight models at real shapes (vpod make-model presets llama3-8b, yi-6b-200k).
 #
 # Usage: bench/reproduce.sh [--build DIR] [--out DIR] [--models DIR] [--docs DIR]
 #                           [--sections kernels,allocator,offline,online] [--quick]
@@ -113,7 +113,7 @@ if has allocator; then
 fi
 
 # ----------------------------------------------------------------------------- models
-model_presets=(llama3-8b yi-6b)
+model_presets=(llama3-8b yi-6b-200k)
 if [[ $quick == 1 ]]; then model_presets=(llama3-8b); fi
 if [[ -n "${PRESETS:-}" ]]; then read -r -a model_presets <<< "$PRESETS"; fi
 if has offline || has online; then

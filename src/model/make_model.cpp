@@ -145,11 +145,12 @@ std::vector<ModelPreset> build_presets() {
     m.tokenizer_fixture = "mistral";
     p.push_back(m);
   }
-  {
-    // Yi-6B; its 64000-token tokenizer is not a fixture, the 32000-token one
-    // stands in (ids stay below vocab_size).
-    ModelPreset m = preset("yi-6b", base(Architecture::llama, 64000, 4096, 11008, 32, 32, 4, 128,
-                                         5000000.0, 4096, 1e-5f, DType::bf16));
+  // Yi-6B, and Yi-6B-200K (the same weights' shapes with a 200K context, as the
+  // papers' long-prompt experiments need); its 64000-token tokenizer is not a
+  // fixture, the 32000-token one stands in (ids stay below vocab_size).
+  for (const auto& [name, context] : {std::pair{"yi-6b", 4096}, std::pair{"yi-6b-200k", 200000}}) {
+    ModelPreset m = preset(name, base(Architecture::llama, 64000, 4096, 11008, 32, 32, 4, 128,
+                                      5000000.0, context, 1e-5f, DType::bf16));
     m.config.bos_token_id = 1;
     m.config.eos_token_ids = {2};
     m.tokenizer_fixture = "mistral";
