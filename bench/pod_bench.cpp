@@ -95,8 +95,9 @@ struct Args {
   bool named = true;
   bool strict_prefill_limit = false;
   std::string prefill_tile = "auto";
-  bool compare_ratio = false;  // also time POD with the other ratio policy  // auto: wgmma where
-                               // the GPU runs it; mma: mma.sync
+  bool compare_ratio = false;            // also time POD with the other ratio policy
+  std::string planner_model = "hybrid";  // hybrid | tickets | lpt (PodOptions::planner_model)  //
+                                         // auto: wgmma where the GPU runs it; mma: mma.sync
   int min_iters = 10;
   int max_iters = 100;
   double target_ms = 150.0;
@@ -170,6 +171,7 @@ struct Row {
   double max_diff = 0;
   bool valid = false;
   attention::PodConfig config;
+  attention::PodConfig other_config;  // --compare-ratio: the other ratio's plan
   int serial_prefill_items = 0, serial_decode_items = 0;
 };
 
@@ -179,7 +181,7 @@ struct Bench {
   AttentionDims dims;
   attention::PodDevice device;
   cuda::DeviceBuffer k, v, q, out_pod, out_serial;
-  cuda::DeviceBuffer pod_meta, pod_work, serial_meta, serial_work;
+  cuda::DeviceBuffer pod_meta, pod_work, serial_meta, serial_work, other_meta, other_work;
   attention::PodCounters counters;
   KvLayerView kv;
 
@@ -236,9 +238,11 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
+  VPOD_ASSIGN_OR_RETURN(options.planner_model,
+                        attention::parse_pod_planner_model(args.planner_model));
   VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
-  // The other ratio policy: the same work lists (the ratio only changes how a
-  // CTA's ticket picks its kind), so the same uploaded metadata serves both.
+  // The other ratio policy, planned for itself (the planner simulates the
+  // policy, so its splits may differ) in its own buffers.
   attention::PodOptions other_options = options;
   other_options.ratio = options.ratio == attention::PodRatio::even
                             ? attention::PodRatio::proportional
@@ -249,13 +253,18 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   const AttentionPlan& pp = pod_plan.attention();
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_meta, pp.metadata_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_work, pp.workspace_bytes()));
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.other_meta, other_plan.attention().metadata_bytes()));
+  VPOD_RETURN_IF_ERROR(Bench::ensure(b.other_work, other_plan.attention().workspace_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.serial_meta, serial_plan.metadata_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.serial_work, serial_plan.workspace_bytes()));
   const AttentionBuffers pod_buffers{b.pod_meta.data(), b.pod_meta.bytes(), b.pod_work.data(),
                                      b.pod_work.bytes()};
   const AttentionBuffers serial_buffers{b.serial_meta.data(), b.serial_meta.bytes(),
                                         b.serial_work.data(), b.serial_work.bytes()};
+  const AttentionBuffers other_buffers{b.other_meta.data(), b.other_meta.bytes(),
+                                       b.other_work.data(), b.other_work.bytes()};
   VPOD_RETURN_IF_ERROR(pod_plan.upload(pod_buffers, stream));
+  VPOD_RETURN_IF_ERROR(other_plan.upload(other_buffers, stream));
   VPOD_RETURN_IF_ERROR(serial_plan.upload(serial_buffers, stream));
   auto view = [&](cuda::DeviceBuffer& buf) {
     return TensorView(buf.data(), dims.dtype, {tokens, dims.num_q_heads, dims.head_dim},
@@ -272,7 +281,7 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   auto launch_other = [&] {
     if (launch_status.ok()) {
       launch_status =
-          attention::pod(other_plan, pod_buffers, b.counters, q, b.kv, out_pod, scale, stream);
+          attention::pod(other_plan, other_buffers, b.counters, q, b.kv, out_pod, scale, stream);
     }
   };
   auto launch_serial = [&] {
@@ -312,6 +321,7 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   row.max_diff = diff;
   row.valid = finite && diff <= tolerance;
   row.config = pod_plan.config();
+  row.other_config = other_plan.config();
   row.serial_prefill_items = static_cast<int>(serial_plan.prefill_items().size());
   row.serial_decode_items = static_cast<int>(serial_plan.decode_items().size());
   row.flops = case_flops(c);
@@ -468,6 +478,7 @@ int run(const Args& args) {
     out["virtual_decode"] = args.virtual_decode;
     out["pod_prefill_tile"] = wgmma ? "wgmma" : "mma.sync";
     out["compare_ratio"] = args.compare_ratio;
+    out["planner_model"] = args.planner_model;
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
     out["seed"] = args.seed;
@@ -484,6 +495,8 @@ int run(const Args& args) {
                                 {"serial_ms", r.serial_ms},
                                 {"speedup", r.serial_ms / r.pod_ms},
                                 {"other_ratio_ms", r.other_ratio_ms},
+                                {"other_prefill_splits", r.other_config.prefill_splits},
+                                {"other_decode_splits", r.other_config.decode_splits},
                                 {"wgmma_prefill", r.config.wgmma_prefill},
                                 {"bound_ms", r.bound_ms},
                                 {"flops", r.flops},
@@ -521,6 +534,11 @@ void add_pod_bench(CLI::App& bench) {
   cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
   cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
   cmd->add_option("--ratio", args->ratio, "proportional or even")->capture_default_str();
+  cmd->add_option("--planner-model", args->planner_model,
+                  "POD planner's makespan model: hybrid, tickets (simulates the kernel's "
+                  "scheduling) or lpt (longest-first list schedule)")
+      ->check(CLI::IsMember({"hybrid", "tickets", "lpt"}))
+      ->capture_default_str();
   cmd->add_flag("--compare-ratio", args->compare_ratio,
                 "also time POD with the other ratio policy (same plan) and summarize it");
   cmd->add_option("--prefill-tile", args->prefill_tile,

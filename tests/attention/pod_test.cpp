@@ -10,8 +10,10 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "kernels/attention/pod.h"
+#include "kernels/attention/pod_params.h"
 #include "kernels/attention_test_util.h"
 
 namespace vpod::attention {
@@ -244,6 +246,72 @@ TEST(PodPlanTest, PrefillTileFollowsTheDevice) {
   EXPECT_NE(with_mma.config().reason.find("mma.sync"), std::string::npos);
   EXPECT_EQ(with_wgmma.config().prefill_splits, with_mma.config().prefill_splits);
   EXPECT_NEAR(with_wgmma.config().estimate_us / with_mma.config().estimate_us, 2.6 / 4.3, 1e-6);
+}
+
+// The kernel's ticket rule (pod_params.h, shared with the planner's
+// simulation): proportional hands prefill exactly P of every N tickets with
+// ticket 0 prefill; even alternates; an empty kind is never picked.
+TEST(PodPlanTest, TicketRule) {
+  for (auto [p, d] : {std::pair{160, 512}, std::pair{256, 512}, std::pair{7, 1}, {1, 300}}) {
+    const int n = p + d;
+    int prefill = 0;
+    for (int t = 0; t < 3 * n; ++t) {
+      prefill += pod_ticket_kind(static_cast<unsigned>(t), p, d, false) == 0;
+      if ((t + 1) % n == 0) {
+        EXPECT_EQ(prefill, p * (t + 1) / n) << p << "+" << d;
+      }
+    }
+    EXPECT_EQ(pod_ticket_kind(0, p, d, false), 0);
+    EXPECT_EQ(pod_ticket_kind(0, p, d, true), 0);
+    EXPECT_EQ(pod_ticket_kind(1, p, d, true), 1);
+  }
+  EXPECT_EQ(pod_ticket_kind(0, 0, 5, false), 1);
+  EXPECT_EQ(pod_ticket_kind(0, 0, 5, true), 1);
+  EXPECT_EQ(pod_ticket_kind(1, 5, 0, true), 0);
+}
+
+// 628 rows on a 17.8K context + 64 decodes @4.3K (heads 32/8): 160 prefill
+// CTAs of ~280 key blocks. Under proportional tickets the 28 beyond the first
+// per SM start only after ~3 decode CTAs have run there; the H200 measured
+// 0.879x of serial with them unsplit (2026-11-30 11:58 UTC). The ticket
+// simulation sees that late start and splits the prefill; the list schedule
+// (which starts the longest CTAs first) does not.
+TEST(PodPlanTest, TicketModelSplitsFewLongPrefillCtas) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{17846 - 628, 628}}, std::vector<int>(64, 4256));
+  PodOptions lpt = pod_options();
+  lpt.planner_model = PodPlannerModel::lpt;
+  PodOptions tickets = pod_options();
+  tickets.planner_model = PodPlannerModel::tickets;
+  auto list_plan = PodPlan::create(batch, dims, lpt).value();
+  auto ticket_plan = PodPlan::create(batch, dims, tickets).value();
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();  // hybrid
+  std::printf("[pod plan] 628 @17846 + 64 @4256: %s\n", plan.config().reason.c_str());
+  EXPECT_EQ(list_plan.config().prefill_splits, 1);
+  EXPECT_GT(ticket_plan.config().prefill_splits, 1);
+  // The simulation predicts far more than the 15% the hybrid asks for.
+  EXPECT_EQ(plan.config().prefill_splits, ticket_plan.config().prefill_splits);
+  EXPECT_NE(plan.config().reason.find("hybrid: ticket simulation"), std::string::npos);
+  expect_prefill_limit(plan.config(), 2 * 132);
+  expect_covers(batch, dims, plan);
+}
+
+// Where the simulation predicts only a small gain, the hybrid keeps the list
+// schedule's choice (the named cases: the list schedule's plans).
+TEST(PodPlanTest, HybridKeepsTheListScheduleForSmallPredictedGains) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  for (const Named& n : kNamed) {
+    PodOptions lpt = pod_options();
+    lpt.planner_model = PodPlannerModel::lpt;
+    auto list_plan = PodPlan::create(named_batch(n), dims, lpt).value();
+    auto plan = PodPlan::create(named_batch(n), dims, pod_options()).value();
+    EXPECT_EQ(plan.config().prefill_splits, list_plan.config().prefill_splits) << n.name;
+    EXPECT_EQ(plan.config().decode_splits, list_plan.config().decode_splits) << n.name;
+    EXPECT_NE(plan.config().reason.find("hybrid: list schedule"), std::string::npos) << n.name;
+  }
+  EXPECT_EQ(parse_pod_planner_model("hybrid").value(), PodPlannerModel::hybrid);
+  EXPECT_EQ(parse_pod_planner_model("lpt").value(), PodPlannerModel::lpt);
+  EXPECT_FALSE(parse_pod_planner_model("auto").ok());
 }
 
 TEST(PodPlanTest, ZeroTileCases) {

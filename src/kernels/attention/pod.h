@@ -60,6 +60,15 @@ struct PodDevice {
 // (the variable that also sends the standalone prefill to mma.sync).
 Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma = true);
 
+// The planner's makespan model. lpt: a longest-first list schedule of all
+// CTAs on the CTA slots (assumes the longest start first, whatever the ratio
+// policy). tickets: a simulation of the kernel's own schedule (per-SM tickets
+// and kind counters under the ratio policy, so it sees a few long prefill
+// CTAs starting late). hybrid (default): the list schedule's choice, unless
+// the simulation predicts its own choice >= 15% faster (docs/pod.md).
+enum class PodPlannerModel { hybrid, tickets, lpt };
+Result<PodPlannerModel> parse_pod_planner_model(std::string_view name);
+
 struct PodOptions {
   AttentionMode mode = AttentionMode::pod;
   PodDevice device;  // required: num_sms and ctas_per_sm
@@ -73,6 +82,8 @@ struct PodOptions {
   int max_prefill_ctas = 0;
   // false: never beyond max_prefill_ctas (the paper's rule as is).
   bool allow_beyond_prefill_limit = true;
+  // How the planner estimates a configuration's makespan (PodPlannerModel).
+  PodPlannerModel planner_model = PodPlannerModel::hybrid;
 };
 
 // What the planner chose for one step, and why.

@@ -60,20 +60,6 @@ __device__ __forceinline__ unsigned read_nsmid() {
   return n;
 }
 
-// Kind of ticket t (0 prefill, 1 decode) for P prefill and D decode CTAs.
-__device__ __forceinline__ int ticket_kind(unsigned ticket, int prefill, int decode, bool even) {
-  if (prefill == 0) return 1;
-  if (decode == 0) return 0;
-  if (even) return static_cast<int>(ticket & 1u);  // prefill first
-  // Ticket t is prefill when ceil((t+1) P / N) > ceil(t P / N): P of every N
-  // tickets, spread evenly, ticket 0 prefill (the long prefill CTAs start first).
-  const unsigned long long total = static_cast<unsigned long long>(prefill) + decode;
-  const unsigned long long t = ticket;
-  const bool prefill_turn =
-      ((t + 1) * prefill + total - 1) / total > (t * prefill + total - 1) / total;
-  return prefill_turn ? 0 : 1;
-}
-
 template <typename T, int kHeadDim, bool kWgmma>
 __device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnobs& knobs,
                                         char* smem) {
@@ -86,7 +72,7 @@ __device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnob
                                 ? atomicAdd(counters + kPodCounterHeader + smid, 1u)
                                 : atomicAdd(counters + kPodCounterFallback, 1u);
     const int total[2] = {params.prefill_ctas, params.decode_ctas};
-    int kind = ticket_kind(ticket, total[0], total[1], params.ratio_even != 0);
+    int kind = pod_ticket_kind(ticket, total[0], total[1], params.ratio_even != 0);
     unsigned unit = atomicAdd(counters + (kind == 0 ? kPodCounterPrefill : kPodCounterDecode), 1u);
     if (unit >= static_cast<unsigned>(total[kind])) {  // this kind is exhausted: switch
       kind ^= 1;
