@@ -90,8 +90,8 @@ TEST_P(EndToEndGpu, AStopStringAcrossATokenBoundaryIsHeldBackAndCut) {
 }
 
 // The pipelined loop (worker thread, the default) against the synchronous
-// one on the same schedule: bit-identical streams (see e2e_support.h), and
-// the abort check in the synchronous loop too.
+// one on the same schedule: identical streams, or parting only at a near tie
+// (see e2e_support.h); and the abort check in the synchronous loop too.
 TEST_P(EndToEndGpu, PipelinedEqualsSynchronousOnTheSameSchedule) {
   check_pipelined_equals_synchronous_on_the_same_schedule(*env, 16);
 }

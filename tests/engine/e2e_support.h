@@ -496,10 +496,13 @@ inline void check_pipelined_streams_equal_synchronous(Env& env) {
 
 // Without stop strings and aborts the pipelined loop plans exactly the
 // synchronous loop's steps (the token-only stop rules run before the next
-// schedule), so even batch-dependent kernels (bf16 on the GPU) give
-// bit-identical streams: a check of the worker-thread path on any backend.
-// `n` requests from the concurrent workload, half of them seeded sampling,
-// through a KV budget that preempts.
+// schedule), so the two compute the same batches: a check of the
+// worker-thread path on any backend. `n` requests from the concurrent
+// workload through a KV budget that preempts. Exact backends (the CPU): half
+// of them seeded sampling, and every delta must be identical. Otherwise (the
+// GPU, where bit-for-bit repeatability of the kernels is not promised): all
+// greedy with logprobs, identical except where a run parts at a near tie
+// (expect_matches_solo); a race on the step's inputs would part elsewhere.
 inline void check_pipelined_equals_synchronous_on_the_same_schedule(Env& env, int n) {
   std::mt19937 rng(7);
   std::vector<RequestSpec> specs;
@@ -511,30 +514,41 @@ inline void check_pipelined_equals_synchronous_on_the_same_schedule(Env& env, in
     for (int k = 1; k < repeats; ++k) text += " " + texts()[rng() % texts().size()];
     RequestSpec spec =
         greedy(env, text, env.min_out + static_cast<int>(rng() % (env.max_out - env.min_out + 1)));
-    if (i % 2 == 1) {
-      spec.sampling.temperature = 1.0f;
-      spec.sampling.seed = 500 + i;
+    if (env.exact_solo_match) {
+      if (i % 2 == 1) {
+        spec.sampling.temperature = 1.0f;
+        spec.sampling.seed = 500 + i;
+      }
+      if (i % 3 == 0) spec.sampling.logprobs = 3;
     }
-    spec.sampling.logprobs = i % 3 == 0 ? std::optional<int>(3) : std::nullopt;
     total_tokens += static_cast<std::int64_t>(spec.prompt_token_ids.size()) + spec.stop.max_tokens;
     specs.push_back(std::move(spec));
   }
   const std::int64_t kv_tokens = std::max<std::int64_t>(total_tokens / env.kv_divisor, env.max_ctx);
   struct Run {
     std::vector<std::vector<std::string>> deltas;
+    std::vector<Output> outputs;
     MetricsSnapshot metrics;
   };
   auto run = [&](LoopMode mode) {
     Stack stack(env, kv_tokens, /*max_slots=*/n, mode);
     Run r;
     r.deltas.resize(specs.size());
+    r.outputs.resize(specs.size());
     std::vector<std::shared_ptr<RequestStream>> streams(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {
       auto* deltas = &r.deltas[i];
+      auto* output = &r.outputs[i];
       auto* stream = &streams[i];
-      auto submitted = stack.engine->submit(specs[i], [deltas, stream] {
+      auto submitted = stack.engine->submit(specs[i], [deltas, output, stream] {
         RequestOutput out;
-        while (*stream && (*stream)->try_pop(out)) deltas->push_back(describe(out));
+        while (*stream && (*stream)->try_pop(out)) {
+          deltas->push_back(describe(out));
+          output->tokens.insert(output->tokens.end(), out.token_ids.begin(), out.token_ids.end());
+          output->text += out.text;
+          output->logprobs.insert(output->logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+          output->last = out;
+        }
       });
       EXPECT_TRUE(submitted.ok()) << submitted.status().to_string();
       streams[i] = *submitted;
@@ -546,19 +560,30 @@ inline void check_pipelined_equals_synchronous_on_the_same_schedule(Env& env, in
   const Run sync = run({.async = false, .worker = false});
   const Run pipelined = run({.async = true, .worker = true});
   EXPECT_GT(sync.metrics.num_preemptions, 0u) << "the KV budget was meant to force preemptions";
-  EXPECT_EQ(pipelined.metrics.num_preemptions, sync.metrics.num_preemptions);
-  EXPECT_EQ(pipelined.metrics.num_steps, sync.metrics.num_steps);
+  int identical = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    EXPECT_FALSE(sync.deltas[i].empty());
-    EXPECT_EQ(pipelined.deltas[i], sync.deltas[i]) << "request " << i;
+    EXPECT_TRUE(sync.outputs[i].last.finished) << "request " << i;
+    if (pipelined.deltas[i] == sync.deltas[i]) {
+      ++identical;
+    } else if (env.exact_solo_match) {
+      ADD_FAILURE() << "request " << i << " streams differently when pipelined";
+    } else {
+      expect_matches_solo(env, pipelined.outputs[i], sync.outputs[i], static_cast<int>(i));
+    }
+  }
+  if (identical == n) {  // the same tokens: the same schedule
+    EXPECT_EQ(pipelined.metrics.num_preemptions, sync.metrics.num_preemptions);
+    EXPECT_EQ(pipelined.metrics.num_steps, sync.metrics.num_steps);
   }
   const StepTimes& a = pipelined.metrics.step_time_total;
   const StepTimes& b = sync.metrics.step_time_total;
   std::printf(
-      "%llu steps; host work hidden / exposed: pipelined %.1f / %.1f ms, synchronous %.1f / "
-      "%.1f ms\n",
+      "%d of %d identical; %llu / %llu steps; host work hidden / exposed: pipelined %.1f / %.1f "
+      "ms, synchronous %.1f / %.1f ms\n",
+      identical, n, static_cast<unsigned long long>(pipelined.metrics.num_steps),
       static_cast<unsigned long long>(sync.metrics.num_steps), a.host_hidden_s * 1e3,
       a.host_exposed_s * 1e3, b.host_hidden_s * 1e3, b.host_exposed_s * 1e3);
+  ::testing::Test::RecordProperty("identical", identical);
 }
 
 }  // namespace vpod::engine::e2e
