@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -334,8 +335,10 @@ TEST(Engine, AFailedForwardFailsItsRequestsAndFreesThem) {
 
 // The loop on its own thread, with submitting and consuming threads, as a
 // server uses it; stop() ends what is left with "abort".
-TEST(Engine, ThreadedServingWithConcurrentClients) {
-  Rig rig(16, 256, 16, 8, 64, 1024);
+class ThreadedEngine : public ::testing::TestWithParam<LoopMode> {};
+
+TEST_P(ThreadedEngine, ServesConcurrentClients) {
+  Rig rig(16, 256, 16, 8, 64, 1024, GetParam());
   rig.engine->start();
   constexpr int kClients = 8;
   constexpr int kPerClient = 6;
@@ -387,6 +390,13 @@ TEST(Engine, ThreadedServingWithConcurrentClients) {
   EXPECT_EQ(rig.kv.slots_in_use(), 0);
   EXPECT_EQ(rig.engine->submit(greedy({1}, 1)).status().code(), StatusCode::unavailable);
 }
+
+INSTANTIATE_TEST_SUITE_P(Loops, ThreadedEngine, ::testing::ValuesIn(kLoopModes),
+                         [](const ::testing::TestParamInfo<LoopMode>& info) {
+                           std::string name = mode_name(info.param);
+                           name.erase(std::remove(name.begin(), name.end(), '+'), name.end());
+                           return name;
+                         });
 
 // Buffers are sized up front: once requests are decoding, a step (schedule,
 // prepare, forward, commit, stop rules, detokenization, streaming, metrics)
