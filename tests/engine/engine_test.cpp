@@ -493,7 +493,9 @@ TEST(Engine, MetricsCountWhatHappened) {
         "vpod_e2e_request_latency_seconds_sum ",
         "vpod_request_success_total{finished_reason=\"length\"} 10",
         "# TYPE vpod_inter_token_latency_seconds histogram",
-        "vpod_step_phase_seconds_total{phase=\"forward\"}"})
+        "vpod_step_phase_seconds_total{phase=\"forward\"}",
+        "vpod_step_host_seconds_total{overlap=\"hidden\"} ",
+        "vpod_step_host_seconds_total{overlap=\"exposed\"} "})
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
   EXPECT_NE(text.find("vpod_prompt_tokens_total " + std::to_string(prompt_tokens)),
             std::string::npos);
