@@ -104,12 +104,16 @@ __device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnob
   const int unit = role[1];
   const AttentionParams& p = params.attn;
   if (kind == 0) {
-    const PrefillWorkItem item = p.plan.prefill_items[unit / p.num_q_heads];
     if constexpr (kWgmma) {
+      // The item in registers, as the standalone wgmma kernel holds it.
+      const PrefillWorkItem item = p.plan.prefill_items[unit / p.num_q_heads];
       run_prefill_wgmma_tile<T, kHeadDim>(p, item, unit % p.num_q_heads, smem, tid, knobs);
     } else {
+      // Read in place: a register copy costs the mma.sync tile (~254
+      // registers) 88 more bytes of spills on sm_80.
       (void)knobs;
-      PrefillTile<T, kHeadDim>::run(p, item, unit % p.num_q_heads, smem, tid);
+      PrefillTile<T, kHeadDim>::run(p, p.plan.prefill_items[unit / p.num_q_heads],
+                                    unit % p.num_q_heads, smem, tid);
     }
   } else if (kind == 1) {
     const int per_item = p.num_kv_heads * p.decode_head_chunks;
