@@ -63,10 +63,9 @@ constexpr std::size_t kMaxSimulatedTicketWaves = 8;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Longest-processing-time list schedule of `costs` (any order) on `slots`.
-double makespan(std::vector<double>& costs, int slots) {
+// Longest-processing-time list schedule of `costs` (sorted descending) on `slots`.
+double makespan(const std::vector<double>& costs, int slots) {
   if (costs.empty()) return 0.0;
-  std::sort(costs.begin(), costs.end(), std::greater<double>());
   if (costs.size() > kMaxSimulatedWaves * static_cast<std::size_t>(slots)) {
     double total = 0.0;
     for (double c : costs) total += c;
@@ -198,7 +197,10 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
   const int tiles_per_piece = dims.num_kv_heads * head_chunks;
   Estimate e;
-  std::vector<double> prefill_costs, costs;  // costs: decode CTAs
+  // Costs are sorted per KV piece, then expanded to the piece's CTAs (all of
+  // a piece's heads cost the same): sorting every CTA was most of the
+  // planning time.
+  std::vector<double> prefill_pieces, prefill_costs, costs;  // costs: decode CTAs
   double partial_bytes = 0;
   bool combine_launch = false;  // prefill splits, or decode splits on virtual tiles
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
@@ -208,15 +210,17 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
       partial_bytes += 2.0 * p.size() * shape.tile_rows[t] * row_bytes;
       combine_launch = true;
     }
-    for (int b : p) {
-      for (int h = 0; h < dims.num_q_heads; ++h) prefill_costs.push_back((b + 1) * prefill_block);
-      e.prefill_ctas += dims.num_q_heads;
-    }
+    for (int b : p) prefill_pieces.push_back((b + 1) * prefill_block);
   }
+  // Plan order: longest first within each kind (AttentionPlan sorts its items so).
+  std::sort(prefill_pieces.begin(), prefill_pieces.end(), std::greater<double>());
+  prefill_costs.reserve(prefill_pieces.size() * dims.num_q_heads);
+  for (double c : prefill_pieces) prefill_costs.insert(prefill_costs.end(), dims.num_q_heads, c);
+  e.prefill_ctas = static_cast<int>(prefill_costs.size());
   const int chunk = std::max(1, ceil_div(shape.max_decode_blocks, std::max(decode_splits, 1)));
   // Decode tiles in plan order (longest piece first, the heads of a piece
   // adjacent); a CTA takes virtual_decode consecutive tiles.
-  std::vector<int> tile_blocks;
+  std::vector<int> decode_pieces, tile_blocks;
   for (int blocks : shape.decode_blocks) {
     const std::vector<int> p = pieces(blocks, ceil_div(blocks, chunk));
     if (p.size() > 1) {
@@ -224,11 +228,11 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
       partial_bytes += 2.0 * p.size() * row_bytes;
       combine_launch = combine_launch || virtual_decode != 1;
     }
-    for (int b : p) {
-      for (int h = 0; h < tiles_per_piece; ++h) tile_blocks.push_back(b);
-    }
+    decode_pieces.insert(decode_pieces.end(), p.begin(), p.end());
   }
-  std::stable_sort(tile_blocks.begin(), tile_blocks.end(), std::greater<int>());
+  std::sort(decode_pieces.begin(), decode_pieces.end(), std::greater<int>());
+  tile_blocks.reserve(decode_pieces.size() * tiles_per_piece);
+  for (int b : decode_pieces) tile_blocks.insert(tile_blocks.end(), tiles_per_piece, b);
   e.decode_tiles = static_cast<int>(tile_blocks.size());
   for (std::size_t i = 0; i < tile_blocks.size(); i += virtual_decode) {
     double blocks = 0;
@@ -238,14 +242,14 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
     costs.push_back((blocks + 1) * decode_block);
     ++e.decode_ctas;
   }
-  // Plan order: longest first within each kind (AttentionPlan sorts its items so).
-  std::stable_sort(prefill_costs.begin(), prefill_costs.end(), std::greater<double>());
   double span = 0.0;
   if (model.tickets) {
     span = simulate_tickets(prefill_costs, costs, model.num_sms, model.ctas_per_sm, model.even);
   } else {
-    costs.insert(costs.end(), prefill_costs.begin(), prefill_costs.end());
-    span = makespan(costs, model.num_sms * model.ctas_per_sm);
+    std::vector<double> all(prefill_costs.size() + costs.size());
+    std::merge(prefill_costs.begin(), prefill_costs.end(), costs.begin(), costs.end(), all.begin(),
+               std::greater<double>());
+    span = makespan(all, model.num_sms * model.ctas_per_sm);
   }
   e.us = span + partial_bytes / kPartialBytesPerUs + (combine_launch ? kCombineLaunchUs : 0.0);
   return e;
@@ -401,6 +405,11 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
   } else if (options.planner_model == PodPlannerModel::tickets) {
     decision = decide(ticket_model);
     model_note = "ticket simulation";
+  } else if (shape.tile_blocks.empty() || shape.decode_blocks.empty()) {
+    // One kind only: the ratio policy plays no part and the simulation is a
+    // list schedule in plan order; skip it (decode-only steps plan often).
+    decision = decide(list_model);
+    model_note = "hybrid: list schedule (one kind)";
   } else {
     // Hybrid: the list schedule's choice unless the ticket simulation
     // predicts its own choice at least kTicketOverrideGain faster than the
