@@ -62,6 +62,8 @@ def rows_of(doc, path):
         rows = doc
     elif isinstance(doc, dict) and isinstance(doc.get("rows"), list):
         rows = doc["rows"]
+    elif isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        rows = doc["results"]  # vpod bench attention / pod
     else:
         return None, f"`{path}` has no 'rows' array (see bench/README.md)"
     return [r for r in rows if isinstance(r, dict)], None
@@ -99,7 +101,7 @@ class Report:
         self.parts.append(f"![{name}](results/{name})\n\n{caption}\n")
 
     def table(self, header, rows):
-        out = "| " + " | ".join(header) + " |\n| " + " | ".join("---" for _ in header) + " |\n"
+        out = "\n| " + " | ".join(header) + " |\n| " + " | ".join("---" for _ in header) + " |\n"
         for r in rows:
             out += "| " + " | ".join(str(c) for c in r) + " |\n"
         self.parts.append(out)
@@ -193,7 +195,12 @@ def kernels(rep, res):
     rows = None
     if doc is not None:
         rows, err = rows_of(doc, path)
-    speedups = [num(r, "speedup") for r in (rows or []) if num(r, "speedup")]
+    named = [r for r in (rows or []) if r.get("named") is True]
+    speedups = [num(r, "speedup") for r in (rows or []) if num(r, "speedup") and r.get("named") is not True]
+    if named:
+        rep.table(["named case", "POD ms", "serial ms", "bound ms", "serial / POD"],
+                  [(r.get("case"), fmt(num(r, "pod_ms"), 4), fmt(num(r, "serial_ms"), 4),
+                    fmt(num(r, "bound_ms"), 4), fmt(num(r, "speedup"))) for r in named])
     if not speedups:
         rep.missing("POD sweep", err or f"no rows with 'speedup' in {path}")
         return
@@ -360,6 +367,21 @@ def offline(rep, res):
                    f"NOT met on every 16K trace (best {best:.2f}x): we fall short of the papers here."))
     rep.figure(fig, "offline_throughput.png", cap)
     rep.table(["model", "prompt", "P:D"] + [f"{m} makespan" for m in MODES] + ["vattn+pod speedup"], table)
+    steps = []
+    for key in keys:
+        for mode in MODES:
+            r = groups[key].get(mode)
+            if r is not None and num(r, "forward_s") is not None:
+                steps.append([key[0], key[1], mode, int(num(r, "num_steps") or 0), fmt(num(r, "forward_s"), 2),
+                              fmt(num(r, "prepare_s"), 2), fmt(num(r, "host_exposed_s"), 2),
+                              fmt(num(r, "host_hidden_s"), 2)])
+    if steps:
+        rep.text("Where the makespan went (seconds summed over the run's engine steps): the model's "
+                 "forward, the KV cache's `prepare` (vAttention: waiting for pages the step needs that "
+                 "background growth has not mapped yet), and host work left exposed or hidden under the "
+                 "GPU by the pipelined engine loop.")
+        rep.table(["model", "prompt", "mode", "steps", "forward s", "KV prepare s", "host exposed s",
+                   "host hidden s"], steps)
 
 
 # --------------------------------------------------------------------------- online
@@ -433,6 +455,12 @@ def header(res):
         lines.append(f"| {label} | {env.get(key, 'unknown')} |\n")
     if err:
         lines.append(f"\n*{err}: date, GPU and commit unknown.*\n")
+    # When a report is assembled from several runs (a device budget split over
+    # calls), DIR/provenance.md says which run and commit each section comes from.
+    prov_path = os.path.join(res, "provenance.md")
+    if os.path.exists(prov_path):
+        with open(prov_path) as f:
+            lines.append("\n" + f.read().rstrip() + "\n")
     cmds_path = os.path.join(res, "commands.txt")
     if os.path.exists(cmds_path):
         with open(cmds_path) as f:
