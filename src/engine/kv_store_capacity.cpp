@@ -33,7 +33,8 @@ KvStoreCapacity::KvStoreCapacity(kvcache::KvStore& store, KvGeometry geometry,
     : store_(store),
       geometry_(std::move(geometry)),
       last_reader_(last_reader),
-      slot_units_(store.max_slots(), -1) {
+      slot_units_(store.max_slots(), -1),
+      slot_tokens_(store.max_slots(), 0) {
   VPOD_CHECK(geometry_.total_units > 0 && geometry_.units_for_tokens);
   targets_.reserve(store.max_slots());
 }
@@ -75,6 +76,7 @@ int KvStoreCapacity::allocate(int num_tokens) {
   std::int64_t units = promise_units(num_tokens);
   if (geometry_.held_units) units = std::max(units, geometry_.held_units(*slot));
   slot_units_[*slot] = units;
+  slot_tokens_[*slot] = num_tokens;
   used_units_ += units;
   return *slot;
 }
@@ -83,10 +85,12 @@ bool KvStoreCapacity::grow(int slot, int num_tokens) {
   VPOD_CHECK(slot >= 0 && slot < static_cast<int>(slot_units_.size()) && slot_units_[slot] >= 0);
   if (num_tokens > store_.max_ctx()) return false;
   const std::int64_t extra = promise_units(num_tokens) - slot_units_[slot];
-  if (extra <= 0) return true;
-  if (used_units_ + extra > geometry_.total_units) return false;
-  slot_units_[slot] += extra;
-  used_units_ += extra;
+  if (extra > 0) {
+    if (used_units_ + extra > geometry_.total_units) return false;
+    slot_units_[slot] += extra;
+    used_units_ += extra;
+  }
+  slot_tokens_[slot] = std::max<std::int64_t>(slot_tokens_[slot], num_tokens);
   return true;
 }
 
@@ -96,12 +100,20 @@ void KvStoreCapacity::free(int slot) {
   VPOD_CHECK_MSG(status.ok(), "KV release: " + status.to_string());
   used_units_ -= slot_units_[slot];
   slot_units_[slot] = -1;
+  slot_tokens_[slot] = 0;
 }
 
 Status KvStoreCapacity::prepare(const HybridBatch& batch) {
   targets_.clear();
-  for (const auto* seqs : {&batch.prefills, &batch.decodes})
-    for (const BatchSequence& s : *seqs) targets_.push_back({s.slot, s.context_len()});
+  // A prefill chunk's prompt continues with a chunk of about the same size next
+  // step: the store maps it in the background while this step computes, never
+  // beyond the tokens promised to the slot at admission.
+  for (const BatchSequence& s : batch.prefills) {
+    const std::int64_t next_chunk_end = std::min<std::int64_t>(
+        slot_tokens_[s.slot], static_cast<std::int64_t>(s.context_len()) + s.num_new);
+    targets_.push_back({s.slot, s.context_len(), next_chunk_end});
+  }
+  for (const BatchSequence& s : batch.decodes) targets_.push_back({s.slot, s.context_len()});
   VPOD_ASSIGN_OR_RETURN(kvcache::PrepareTicket ticket, store_.prepare(targets_));
   return store_.wait(ticket);
 }

@@ -5,7 +5,9 @@
 // decode grows it by one); this adapter keeps those promises exact in the
 // store's own unit - a depth step of pages per region for vAttention, a block
 // for the paged cache - so that a promised token can always be backed when
-// prepare() maps it:
+// prepare() maps it (and a prefill chunk's prepare() asks the store to map the
+// prompt's next chunk in the background, within the promise, so a long prompt's
+// mapping stays off the critical path after its first chunk):
 //   - a slot's promise covers its tokens plus the store's lookahead (the
 //     background mapper maps that far ahead from free pages, and pages mapped
 //     into an active slot cannot be reclaimed by others);
@@ -72,7 +74,8 @@ class KvStoreCapacity final : public KvCapacity {
   kvcache::KvStore& store_;
   KvGeometry geometry_;
   cudaStream_t last_reader_;
-  std::vector<std::int64_t> slot_units_;  // [max_slots] promised units; -1 = not ours
+  std::vector<std::int64_t> slot_units_;   // [max_slots] promised units; -1 = not ours
+  std::vector<std::int64_t> slot_tokens_;  // [max_slots] tokens the promise was made for
   std::int64_t used_units_ = 0;
   std::vector<kvcache::SlotTokens> targets_;  // prepare() scratch, [max_slots]
 };

@@ -500,8 +500,11 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
     VPOD_RETURN_IF_ERROR(check_tokens(entry.tokens));
   }
   const std::int64_t max_ctx = config_.max_ctx;
-  const auto desired_tokens = [&](std::int64_t tokens) {
-    return std::min(max_ctx, tokens + config_.lookahead_tokens);
+  // `ahead` rides on the background lookahead; synchronous growth maps on demand.
+  const bool map_ahead = config_.growth == GrowthMode::background;
+  const auto desired_tokens = [&](const SlotTokens& entry) {
+    const std::int64_t ahead = map_ahead ? entry.ahead : 0;
+    return std::min(max_ctx, std::max(entry.tokens + config_.lookahead_tokens, ahead));
   };
   bool need_required = false;
   bool need_desired = false;
@@ -516,7 +519,7 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
       Slot& slot = slots_[entry.slot];
       slot.used_tokens = std::max(slot.used_tokens, entry.tokens);
       need_required |= slot.depth < pages_for_tokens(entry.tokens);
-      need_desired |= slot.depth < pages_for_tokens(desired_tokens(entry.tokens));
+      need_desired |= slot.depth < pages_for_tokens(desired_tokens(entry));
     }
   }
 
@@ -526,7 +529,7 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
       VPOD_RETURN_IF_ERROR(grow(entry.slot, pages_for_tokens(entry.tokens), GrowPolicy{}, false));
     }
     for (const SlotTokens& entry : next) {
-      const Status status = grow(entry.slot, pages_for_tokens(desired_tokens(entry.tokens)),
+      const Status status = grow(entry.slot, pages_for_tokens(desired_tokens(entry)),
                                  GrowPolicy{.reclaim = false, .only_active = false}, false);
       if (!status.ok() && status.code() != StatusCode::resource_exhausted) return status;
     }
@@ -550,7 +553,7 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
       if (need_required) {
         want_required_[s] = std::max(want_required_[s], pages_for_tokens(entry.tokens));
       }
-      want_desired_[s] = std::max(want_desired_[s], pages_for_tokens(desired_tokens(entry.tokens)));
+      want_desired_[s] = std::max(want_desired_[s], pages_for_tokens(desired_tokens(entry)));
       if (!is_dirty_[s]) {
         is_dirty_[s] = 1;
         dirty_slots_.push_back(s);

@@ -19,7 +19,8 @@
 // has the numbers.
 //
 // Growth. ensure(slot, n) maps synchronously on the calling thread.
-// prepare(next) hands the growth the next step needs (+ lookahead_tokens) to
+// prepare(next) hands the growth the next step needs (+ lookahead_tokens, or
+// up to an entry's `ahead` target, e.g. a prompt's next prefill chunk) to
 // one mapper thread and returns a ticket; wait(ticket) blocks (condition
 // variable) until the ticket's required tokens are backed and returns the
 // Status if they could not be. A ticket can be waited on (any number of

@@ -38,7 +38,11 @@ struct KvShape {
 // One slot's token count for the next step.
 struct SlotTokens {
   int slot = 0;
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;  // the step needs the slot's first `tokens` tokens backed
+  // Tokens a later step of this slot is known to need (a prompt's next prefill
+  // chunk), mapped in the background like lookahead: best effort, never
+  // waited for. 0: only the store's own lookahead.
+  std::int64_t ahead = 0;
 };
 
 // Names one prepare() for wait(). 0 means "nothing to wait for".

@@ -219,6 +219,40 @@ TEST(KvStoreCapacity, PromisesCountLookaheadAndHeldPages) {
   EXPECT_DOUBLE_EQ(capacity.usage(), 0.6);
 }
 
+TEST(KvStoreCapacity, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
+  auto provider = std::shared_ptr<kvcache::VmmProvider>(
+      std::move(kvcache::HostVmmProvider::create(kPageBytes)).value());
+  auto cache = kvcache::KvCache::create({.shape = shape(),
+                                         .max_slots = 4,
+                                         .max_ctx = 128,
+                                         .memory_bytes = 2 * 32 * kPageBytes,
+                                         .growth = kvcache::GrowthMode::background,
+                                         .lookahead_tokens = 0},
+                                        provider);
+  ASSERT_TRUE(cache.ok());
+  KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+  const int a = capacity.allocate(40);  // a 40-token prompt: 10 pages promised
+  EXPECT_EQ(capacity.used_units(), 10);
+  HybridBatch batch;
+  batch.prefills.push_back({.slot = a, .cached_len = 0, .num_new = 8, .token_offset = 0});
+  ASSERT_TRUE(capacity.prepare(batch).ok());
+  EXPECT_GE((*cache)->backed_tokens(a), 8);
+  (*cache)->drain();
+  EXPECT_EQ((*cache)->backed_tokens(a), 16);  // tokens 8..15, the next chunk, mapped ahead
+  // The last chunk asks for no more than the prompt the slot was promised.
+  batch.prefills[0] = {.slot = a, .cached_len = 32, .num_new = 8, .token_offset = 0};
+  ASSERT_TRUE(capacity.prepare(batch).ok());
+  (*cache)->drain();
+  EXPECT_EQ((*cache)->backed_tokens(a), 40);
+  // A decode maps no chunk ahead.
+  ASSERT_TRUE(capacity.grow(a, 41));
+  HybridBatch decode;
+  decode.decodes.push_back({.slot = a, .cached_len = 40, .num_new = 1, .token_offset = 0});
+  ASSERT_TRUE(capacity.prepare(decode).ok());
+  (*cache)->drain();
+  EXPECT_EQ((*cache)->backed_tokens(a), 44);
+}
+
 TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
   auto cache = kvcache::PagedKvCache::create({.shape = shape(),
                                               .block_size = 16,

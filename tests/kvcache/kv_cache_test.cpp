@@ -351,6 +351,44 @@ TEST(KvCachePrepare, BackgroundWaitReturnsOnceTokensAreBacked) {
   }
 }
 
+TEST(KvCachePrepare, AheadTargetsAreMappedInTheBackgroundAndNeverWaitedFor) {
+  for (const KvLayout layout : {KvLayout::all_layers, KvLayout::per_layer}) {
+    KvCacheConfig config = small_config(layout, GrowthMode::background, 200);
+    config.lookahead_tokens = 10;
+    auto cache = make_cache(config, make_host_provider(4096));
+    const int a = *cache->acquire(300);
+    const int b = *cache->acquire(20);
+    // a: a 64-token prefill chunk whose prompt continues to 128; b: a decode.
+    const SlotTokens next[] = {{a, 64, 128}, {b, 20}};
+    auto ticket = cache->prepare(next);
+    ASSERT_TRUE(ticket.ok());
+    ASSERT_TRUE(cache->wait(*ticket).ok());
+    EXPECT_GE(cache->backed_tokens(a), 64);
+    cache->drain();
+    EXPECT_GE(cache->backed_tokens(a), 128);         // the next chunk, mapped ahead
+    EXPECT_LT(cache->backed_tokens(b), 128);         // lookahead only
+    EXPECT_EQ(cache->stats().tokens_used, 64 + 20);  // ahead is not "used"
+    // The next chunk's prepare finds it backed: no ticket, no wait.
+    const SlotTokens chunk2[] = {{a, 128, 192}};
+    EXPECT_EQ(*cache->prepare(chunk2), 0u);
+    // An ahead target below tokens + lookahead changes nothing.
+    const SlotTokens small[] = {{b, 21, 5}};
+    ASSERT_TRUE(cache->prepare(small).ok());
+    cache->drain();
+    ASSERT_TRUE(cache->check_invariants().ok());
+  }
+}
+
+TEST(KvCachePrepare, SynchronousModeMapsOnDemandIgnoringAhead) {
+  KvCacheConfig config = small_config(KvLayout::all_layers, GrowthMode::synchronous, 200);
+  auto cache = make_cache(config, make_host_provider(4096));
+  const int a = *cache->acquire(300);
+  const SlotTokens next[] = {{a, 40, 400}};
+  ASSERT_EQ(*cache->prepare(next), 0u);
+  EXPECT_GE(cache->backed_tokens(a), 40);
+  EXPECT_LT(cache->backed_tokens(a), 400);
+}
+
 TEST(KvCachePrepare, SynchronousModeMapsInsidePrepare) {
   KvCacheConfig config = small_config(KvLayout::all_layers, GrowthMode::synchronous, 200);
   config.lookahead_tokens = 30;
