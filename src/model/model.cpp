@@ -408,6 +408,18 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
   const TensorView v = sub3d(qkv, t, c.num_kv_heads, c.head_dim, c.q_size() + c.kv_size());
   const TensorView attn_out3 = sub3d(attn_out, t, c.num_q_heads, c.head_dim, 0);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // A layer's attention half, from its qkv projection to the o projection's
+  // output in delta; both layer loops below share it.
+  auto attention_to_delta = [&](const LayerWeights& w, int l) {
+    if (c.qk_norm) {
+      b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
+      b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
+    }
+    const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
+    b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
+    b.attention(q, kv[l], table, step, scale, attn_out3);
+    b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+  };
 
   b.embedding(embed_, step, residual);
   if (b.fused_decode(num_tokens, c.hidden_size)) {
@@ -431,14 +443,7 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       const LayerWeights& w = layers_[l];
       b.norm_linear(normed(w.input_norm, l > 0), w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
       if (l > 0) std::swap(cur, spare);
-      if (c.qk_norm) {
-        b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
-        b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
-      }
-      const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
-      b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
-      b.attention(q, kv[l], table, step, scale, attn_out3);
-      b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+      attention_to_delta(w, l);
       b.norm_linear_silu(normed(w.post_norm, true), w.gate_up, act);
       std::swap(cur, spare);
       b.linear(act, w.down, nullptr, delta);
@@ -465,14 +470,7 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       b.add_rms_norm(residual, delta, w.input_norm, c.rms_norm_eps, hidden);
     }
     b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
-    if (c.qk_norm) {
-      b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
-      b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
-    }
-    const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
-    b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
-    b.attention(q, kv[l], table, step, scale, attn_out3);
-    b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+    attention_to_delta(w, l);
     b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);
     b.linear(hidden, w.gate_up, nullptr, gate_up);
     b.silu_mul(gate_up, act);
