@@ -6,9 +6,12 @@
 // CUDA graphs (the default) and eagerly; the breakdown comes from an eager
 // step with per-op events. Also: the decode GEMV against cuBLASLt on the
 // model's weight shapes at M = 1, and the GPU sampler's time per call.
+// With --hybrids, hybrid steps (one prefill chunk + decodes) with the same
+// breakdown, to compare --attention pod and serial inside the model.
 // Validates first: the logits of a step must be finite and not constant.
 #include <cuda_runtime_api.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -39,6 +42,7 @@ constexpr double kFlopCeiling = 771e12;        // FLOP/s, bf16 GEMM 8192^3 on th
 struct ModelBenchArgs {
   std::string model, json, dtype = "bf16", attention = "serial";
   std::string batches = "1,16,64,256", contexts = "1024,2048,4096,8192", prefills = "4096,16384";
+  std::string hybrids;  // "C@X+D@Y,...": a chunk of C tokens after X cached + D decodes at Y
   int iters = 10;
   double gpu_memory_utilization = 0.92;
   bool no_gemv = false;
@@ -58,6 +62,32 @@ std::vector<int> parse_list(const std::string& text) {
 [[noreturn]] void fail(const std::string& m) {
   std::fprintf(stderr, "vpod bench model: %s\n", m.c_str());
   throw CLI::RuntimeError(1);
+}
+
+// A hybrid step as Sarathi builds it: one prefill chunk of `chunk` new tokens
+// after `chunk_cached` cached ones, plus `decodes` decodes at context `decode_ctx`.
+struct HybridSpec {
+  int chunk = 0, chunk_cached = 0, decodes = 0, decode_ctx = 0;
+  int max_context() const { return std::max(chunk_cached + chunk, decode_ctx); }
+};
+
+// Parses "C@X+D@Y[,C@X+D@Y...]" (e.g. "2048@8192+20@16384").
+std::vector<HybridSpec> parse_hybrids(const std::string& text) {
+  std::vector<HybridSpec> specs;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    HybridSpec h;
+    char at1 = 0, plus = 0, at2 = 0;
+    std::istringstream is(item);
+    if (!(is >> h.chunk >> at1 >> h.chunk_cached >> plus >> h.decodes >> at2 >> h.decode_ctx) ||
+        at1 != '@' || plus != '+' || at2 != '@' || h.chunk < 1 || h.chunk_cached < 0 ||
+        h.decodes < 1 || h.decode_ctx < 1) {
+      fail("--hybrids item '" + item + "' is not CHUNK@CACHED+DECODES@CONTEXT with positive sizes");
+    }
+    specs.push_back(h);
+  }
+  return specs;
 }
 
 template <typename T>
@@ -339,11 +369,16 @@ void run(const ModelBenchArgs& a) {
   const std::vector<int> batches = parse_list(a.batches);
   const std::vector<int> contexts = parse_list(a.contexts);
   const std::vector<int> prefills = parse_list(a.prefills);
+  const std::vector<HybridSpec> hybrids = parse_hybrids(a.hybrids);
   int max_tokens = 17;  // the validation step's 16 + 1 tokens
   for (int b : batches) max_tokens = std::max(max_tokens, b);
   for (int p : prefills) max_tokens = std::max(max_tokens, p);
   int max_seqs = 2;  // the validation step's prefill + decode
   for (int b : batches) max_seqs = std::max(max_seqs, b);
+  for (const HybridSpec& h : hybrids) {
+    max_tokens = std::max(max_tokens, h.chunk + h.decodes);
+    max_seqs = std::max(max_seqs, 1 + h.decodes);
+  }
   for (int b : parse_list(a.tuning_batches)) {
     max_seqs = std::max(max_seqs, b);
     max_tokens = std::max(max_tokens, b);
@@ -506,6 +541,49 @@ void run(const ModelBenchArgs& a) {
                             {"enqueue_ms", t.enqueue_ms}});
   }
   report["prefill"] = prefill_rows;
+
+  // Hybrid steps (chunked prefill + decodes): where POD's fused kernel and
+  // the serial kernels differ; run once per --attention mode to compare.
+  if (!hybrids.empty()) {
+    std::printf("\n%-24s %10s | %8s %8s %8s  (attention %s)\n", "hybrid step", "ms", "gemm",
+                "attn", "other", a.attention.c_str());
+  }
+  nlohmann::json hybrid_rows = nlohmann::json::array();
+  for (const HybridSpec& h : hybrids) {
+    auto kv = ok_or_fail(
+        model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 1 + h.decodes, h.max_context()));
+    HybridBatch b;
+    b.prefills.push_back(
+        {.slot = 0, .cached_len = h.chunk_cached, .num_new = h.chunk, .token_offset = 0});
+    for (int i = 0; i < h.chunk; ++i) {
+      b.token_ids.push_back((31 * i + 7) % c.vocab_size);
+      b.positions.push_back(h.chunk_cached + i);
+    }
+    for (int i = 0; i < h.decodes; ++i) {
+      b.decodes.push_back({.slot = 1 + i,
+                           .cached_len = h.decode_ctx - 1,
+                           .num_new = 1,
+                           .token_offset = h.chunk + i});
+      b.token_ids.push_back((17 * i + 3) % c.vocab_size);
+      b.positions.push_back(h.decode_ctx - 1);
+    }
+    const StepTiming t = time_steps(*m, b, kv.views(), std::max(3, a.iters / 2));
+    const std::string name =
+        fmt::format("{}@{}+{}@{}", h.chunk, h.chunk_cached, h.decodes, h.decode_ctx);
+    std::printf("%-24s %10.3f | %8.3f %8.3f %8.3f\n", name.c_str(), t.gpu_ms, t.ops.gemm_ms,
+                t.ops.attention_ms, t.ops.other_ms);
+    hybrid_rows.push_back({{"step", name},
+                           {"chunk", h.chunk},
+                           {"chunk_cached", h.chunk_cached},
+                           {"decodes", h.decodes},
+                           {"decode_context", h.decode_ctx},
+                           {"ms", t.gpu_ms},
+                           {"gemm_ms", t.ops.gemm_ms},
+                           {"attention_ms", t.ops.attention_ms},
+                           {"other_ms", t.ops.other_ms},
+                           {"enqueue_ms", t.enqueue_ms}});
+  }
+  report["hybrid"] = hybrid_rows;
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << report.dump(1) << "\n";
@@ -523,6 +601,9 @@ void add_model_bench(CLI::App& bench) {
   cmd->add_option("--batches", a->batches, "Decode batch sizes")->capture_default_str();
   cmd->add_option("--contexts", a->contexts, "Decode context lengths")->capture_default_str();
   cmd->add_option("--prefills", a->prefills, "Prefill prompt lengths")->capture_default_str();
+  cmd->add_option("--hybrids", a->hybrids,
+                  "Hybrid steps CHUNK@CACHED+DECODES@CONTEXT, comma-separated "
+                  "(e.g. 2048@8192+20@16384)");
   cmd->add_option("--iters", a->iters, "Timed steps per point")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16 or fp16")->capture_default_str();
   cmd->add_option("--attention", a->attention, "serial, pod, or simple (the exact kernel)")
