@@ -342,13 +342,22 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
 
   StepTensors step;
   VPOD_RETURN_IF_ERROR(backend_.prepare_step(step_arrays_, batch, &step));
-  VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
   const TensorView logits = logits_.slice(0, 0, num_rows);
 
   // Decode-only steps run as one CUDA graph per launch shape (backend.h).
   const bool graphable = step_graphs_ && batch.prefills.empty() &&
                          mode == LogitsMode::last_per_sequence &&
                          num_tokens <= options_.max_graph_batch_size;
+  // Planning the attention is host work (a hybrid step's planner takes
+  // ~0.5-1 ms) that the GPU would wait for. A step that runs eagerly through
+  // the unfused layer loop plans after enqueueing the embedding and the first
+  // layer's norm and QKV projection, which the GPU runs meanwhile; nothing
+  // has touched the KV cache yet if planning fails. A graph step plans first:
+  // the capture replays the uploaded plan.
+  const bool plan_late = !graphable && !backend_.fused_decode(num_tokens, c.hidden_size);
+  if (!plan_late) {
+    VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
+  }
   StepGraph graph = StepGraph::eager;
   if (graphable) {
     VPOD_ASSIGN_OR_RETURN(graph, backend_.try_step_graph(graph_key(kv, blocks)));
@@ -356,7 +365,8 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
   if (graph == StepGraph::launched) return logits;
   if (graph == StepGraph::capture) {
     VPOD_RETURN_IF_ERROR(backend_.begin_step_capture());
-    run_ops(step, kv, blocks, num_tokens, num_rows);
+    const Status ran = run_ops(step, kv, blocks, num_tokens, num_rows, /*plan_late=*/false);
+    VPOD_CHECK_MSG(ran.ok(), ran.to_string());  // only late planning can fail
     const Status captured = backend_.end_step_capture();
     if (captured.ok()) return logits;
     // Nothing ran: log once, stop recording, run the step eagerly.
@@ -364,7 +374,7 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
                   captured.to_string());
     step_graphs_ = false;
   }
-  run_ops(step, kv, blocks, num_tokens, num_rows);
+  VPOD_RETURN_IF_ERROR(run_ops(step, kv, blocks, num_tokens, num_rows, plan_late));
   return logits;
 }
 
@@ -391,8 +401,9 @@ std::uint64_t Model::graph_key(std::span<const KvLayerView> kv,
   return h;
 }
 
-void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
-                    std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows) {
+Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
+                      std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows,
+                      bool plan_late) {
   const ModelConfig& c = config_;
   Backend& b = backend_;
   const std::int64_t t = num_tokens;
@@ -423,6 +434,7 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
 
   b.embedding(embed_, step, residual);
   if (b.fused_decode(num_tokens, c.hidden_size)) {
+    VPOD_CHECK(!plan_late);
     // Few rows: every RMSNorm (with its residual add) runs inside the GEMV
     // that consumes it, SiLU*mul inside the gate/up GEMV. The residual stream
     // alternates between residual_ and hidden_ (hidden_ is not needed): the
@@ -460,7 +472,7 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       b.gather_rows(spare, step, selected);
       b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
     }
-    return;
+    return {};
   }
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
@@ -470,6 +482,9 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       b.add_rms_norm(residual, delta, w.input_norm, c.rms_norm_eps, hidden);
     }
     b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
+    if (l == 0 && plan_late) {
+      VPOD_RETURN_IF_ERROR(b.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
+    }
     attention_to_delta(w, l);
     b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);
     b.linear(hidden, w.gate_up, nullptr, gate_up);
@@ -480,6 +495,7 @@ void Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
   const TensorView selected = selected_.slice(0, 0, num_rows);
   b.gather_rows(hidden, step, selected);
   b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+  return {};
 }
 
 Result<KvCacheBuffers> KvCacheBuffers::create(Backend& backend, const ModelConfig& config,

@@ -94,9 +94,12 @@ class Model {
   // Both forwards: `blocks` empty for the contiguous cache, else one per layer.
   Result<TensorView> forward_impl(const HybridBatch& batch, std::span<const KvLayerView> kv,
                                   std::span<const kernels::KvBlockTable> blocks, LogitsMode mode);
-  // Enqueues the step's ops (embedding through logits) on the backend.
-  void run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
-               std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows);
+  // Enqueues the step's ops (embedding through logits) on the backend. With
+  // `plan_late` (unfused layer loop only) it plans the step's attention after
+  // the first layer's QKV projection; that planning is the only failure.
+  Status run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
+                 std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows,
+                 bool plan_late);
   // Identifies the addresses a recorded step bakes in beyond the backend's
   // own buffers: this model's, and the KV views and block tables.
   std::uint64_t graph_key(std::span<const KvLayerView> kv,
