@@ -76,6 +76,7 @@ struct Args {
   int decode_splits = 0;
   std::string decode_kernel = "auto";
   std::vector<std::string> decode_shapes;  // extra decode cases, BATCHxCONTEXT
+  std::vector<int> prefill_shapes;         // extra one-shot prefill cases, prompt tokens
   int min_iters = 20;
   int max_iters = 200;
   double target_ms = 300.0;
@@ -535,6 +536,13 @@ int run(const Args& args) {
     }
     cases.push_back({fmt::format("decode {}x{}", batch, ctx), true, batch, ctx - 1, 1});
   }
+  for (int n : args.prefill_shapes) {
+    if (n < 1) {
+      fmt::print(stderr, "vpod bench attention: --prefill-shape {}: expected tokens >= 1\n", n);
+      return 2;
+    }
+    cases.push_back({fmt::format("prefill {}", n), false, 1, 0, n});
+  }
   std::vector<Row> rows;
   bool all_valid = true;
   const double read_ceiling =
@@ -637,6 +645,9 @@ void add_attention_bench(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--decode-shape", args->decode_shapes,
                   "extra decode cases BATCHxCONTEXT (e.g. 128x4096), after the fixed ones");
+  cmd->add_option("--prefill-shape", args->prefill_shapes,
+                  "extra one-shot prefill cases of N prompt tokens (e.g. 131072), after the "
+                  "fixed ones");
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {
