@@ -14,7 +14,8 @@
 # (default BUILD/results).
 # A benchmark command that does not exist yet stops the script with its name.
 # Extra flags per benchmark: ATTENTION_ARGS, POD_ARGS, KVCACHE_ARGS, OFFLINE_ARGS,
-# SERVE_ARGS (vpod serve), BENCH_SERVE_ARGS, e.g. ATTENTION_ARGS="--sweep paper".
+# SERVE_ARGS (vpod serve), BENCH_SERVE_ARGS, e.g. ATTENTION_ARGS="--sweep paper";
+# ATTENTION_SWEEP=0 skips the attention size sweeps.
 # Sizes (space-separated lists; defaults below, smaller with --quick): PRESETS,
 # MODES, OFFLINE_PROMPTS, OFFLINE_RATIOS, OFFLINE_REQUESTS, ONLINE_RATES,
 # ONLINE_PROMPTS; e.g. MODES="vattn+pod paged+serial" OFFLINE_REQUESTS=32.
@@ -102,6 +103,19 @@ if has kernels; then
   fi
   # shellcheck disable=SC2086
   run "$vpod" bench pod ${POD_ARGS:-} --json "$out/kernels/pod.json" | tee "$out/logs/pod.txt"
+  # Throughput against size: one-shot prefill 2K-128K, decode batch 1-256 at 16K context,
+  # contiguous against paged (block 16), beside PyTorch FA2/cuDNN (ATTENTION_SWEEP=0 skips).
+  if [[ ${ATTENTION_SWEEP:-1} == 1 ]]; then
+    run "$vpod" bench attention --layouts per_layer paged16 \
+      --prefill-shape 2048 8192 32768 65536 131072 --decode-shape 1x16384 4x16384 64x16384 \
+      128x16384 256x16384 --json "$out/kernels/attention_sweep.json" \
+      | tee "$out/logs/attention_sweep.txt"
+    if [[ -f "$repo/tools/bench_attention_peers.py" ]]; then
+      run python3 "$repo/tools/bench_attention_peers.py" \
+        --vpod-json "$out/kernels/attention_sweep.json" \
+        --json "$out/kernels/attention_sweep_peers.json" | tee "$out/logs/attention_sweep_peers.txt"
+    fi
+  fi
 fi
 
 # ----------------------------------------------------------------------------- 2. allocator

@@ -219,6 +219,80 @@ def kernels(rep, res):
                f"attention speedups of up to 75% (mean 28%) on an A100 (59% in its ASPLOS version).")
 
 
+def kernel_sweeps(rep, res):
+    """Prefill throughput against prompt length and decode bandwidth against batch size
+    (kernels/attention_sweep.json from `vpod bench attention --prefill-shape/--decode-shape`,
+    with kernels/attention_sweep_peers.json from tools/bench_attention_peers.py)."""
+    path = os.path.join(res, "kernels", "attention_sweep.json")
+    if not os.path.exists(path):
+        return  # optional: reproduce.sh runs it with ATTENTION_SWEEP=1
+    doc, err = load_json(path)
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, list) or not results:
+        rep.missing("attention sweeps", err or f"no 'results' in {path}")
+        return
+    peers_doc, _ = load_json(os.path.join(res, "kernels", "attention_sweep_peers.json"))
+    peer_rows = peers_doc.get("rows", []) if isinstance(peers_doc, dict) else []
+    peer_ms = {(r["shape"]["name"], name): num(p, "ms") for r in peer_rows
+               for name, p in r.get("peers", {}).items() if isinstance(p, dict)}
+    shapes = {sh.get("name"): sh for sh in doc.get("shapes", [])}
+    valid = [r for r in results if r.get("valid", True) and num(r, "ms")]
+    layouts = sorted({r.get("layout", "?") for r in valid})
+
+    def series(pick, x_of, value):
+        """(x, y) per layout and per peer for the shapes `pick` accepts, sorted by x."""
+        out = {}
+        for r in valid:
+            sh = shapes.get(r.get("case"))
+            if sh and pick(sh):
+                out.setdefault(r.get("layout"), []).append((x_of(sh), value(r, r["ms"])))
+        for (name, peer), ms in peer_ms.items():
+            sh = shapes.get(name)
+            rows = [r for r in valid if r.get("case") == name]
+            if sh and pick(sh) and ms and rows:
+                out.setdefault(f"PyTorch {peer}", []).append((x_of(sh), value(rows[0], ms)))
+        return {k: sorted(v) for k, v in out.items()}
+
+    prefill = series(lambda sh: not sh["decode"] and sh["cached_len"] == 0, lambda sh: sh["num_new"],
+                     lambda r, ms: r["flops"] / (ms * 1e-3) / 1e12)
+    decode = series(lambda sh: sh["decode"] and sh["cached_len"] + 1 == 16384, lambda sh: sh["batch"],
+                    lambda r, ms: r["bytes"] / (ms * 1e-3) / 1e12)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, data, xlabel, ylabel, ceiling in [
+            (axes[0], prefill, "prompt tokens (one-shot causal prefill)", "TFLOP/s", 771.0),
+            (axes[1], decode, "decode batch (16K context each)", "TB/s", 4.24)]:
+        for name, pts in data.items():
+            style = {"linestyle": "--"} if name.startswith("PyTorch") else {"marker": "o"}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, **style)
+        ax.axhline(ceiling, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Attention kernels against problem size (Llama-3-8B heads, one layer)")
+
+    def at_extremes(data, a, b):
+        parts = []
+        for x in sorted({p[0] for pts in data.values() for p in pts}):
+            ya = dict(data.get(a, [])).get(x)
+            yb = dict(data.get(b, [])).get(x)
+            if ya and yb:
+                parts.append(f"{x}: {ya / yb:.2f}x")
+        return ", ".join(parts)
+
+    cap = ("Left: one-shot causal prefill throughput against prompt length; right: decode bandwidth against "
+           "batch size at 16K context (dotted: the 771 TFLOP/s and 4.24 TB/s ceilings).")
+    if "per_layer" in layouts and "paged16" in layouts:
+        cap += (f" Contiguous over paged (block 16), prefill: {at_extremes(prefill, 'per_layer', 'paged16')}; "
+                f"decode: {at_extremes(decode, 'per_layer', 'paged16')}.")
+    if "PyTorch cuDNN" in decode:
+        cap += f" Decode, contiguous over PyTorch cuDNN: {at_extremes(decode, 'per_layer', 'PyTorch cuDNN')}."
+    cap += (" vAttention reports the non-paged kernels faster than paged ones, most at long contexts and "
+            "small batches.")
+    rep.figure(fig, "kernels_sweeps.png", cap)
+
+
 # --------------------------------------------------------------------------- allocator
 def allocator(rep, res):
     rep.section("Allocator: background growth of the vAttention KV cache")
@@ -513,6 +587,7 @@ def main():
         sys.exit(f"plot_results.py: {args.results} is not a folder")
     rep = Report(args.docs)
     kernels(rep, args.results)
+    kernel_sweeps(rep, args.results)
     allocator(rep, args.results)
     offline(rep, args.results)
     online(rep, args.results)
