@@ -4,9 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <queue>
+#include <functional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -93,14 +94,20 @@ double estimate_makespan(const std::vector<double>& costs, int slots) {
     for (double c : costs) total += c;
     return total / slots + costs.front();
   }
-  std::priority_queue<double, std::vector<double>, std::greater<double>> finish;
-  for (int i = 0; i < slots; ++i) finish.push(0.0);
-  double makespan = 0.0;
-  for (double c : costs) {
-    const double start = finish.top();
-    finish.pop();
-    finish.push(start + c);
-    makespan = std::max(makespan, start + c);
+  // The first `slots` CTAs start at once on empty slots; the first is the
+  // longest. Then each CTA starts on the slot that frees first (a min-heap of
+  // finish times, built in place).
+  const std::size_t first = std::min(costs.size(), static_cast<std::size_t>(std::max(slots, 1)));
+  double makespan = costs.front();
+  if (costs.size() == first) return makespan;
+  std::vector<double> finish(costs.begin(), costs.begin() + static_cast<std::ptrdiff_t>(first));
+  const std::greater<double> later;
+  std::make_heap(finish.begin(), finish.end(), later);
+  for (std::size_t i = first; i < costs.size(); ++i) {
+    std::pop_heap(finish.begin(), finish.end(), later);
+    finish.back() += costs[i];
+    makespan = std::max(makespan, finish.back());
+    std::push_heap(finish.begin(), finish.end(), later);
   }
   return makespan;
 }
