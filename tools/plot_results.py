@@ -104,7 +104,7 @@ class Report:
         out = "\n| " + " | ".join(header) + " |\n| " + " | ".join("---" for _ in header) + " |\n"
         for r in rows:
             out += "| " + " | ".join(str(c) for c in r) + " |\n"
-        self.parts.append(out)
+        self.parts.append(out + "\n")  # a blank line ends the table
 
     def write(self, header):
         with open(os.path.join(self.docs, "results.md"), "w") as f:
@@ -217,6 +217,34 @@ def kernels(rep, res):
                f"{statistics.median(speedups):.2f}x, max {max(speedups):.2f}x, "
                f"{sum(s < 1.0 for s in speedups)} batches slower. The POD-Attention paper reports "
                f"attention speedups of up to 75% (mean 28%) on an A100 (59% in its ASPLOS version).")
+
+
+def pod_in_model(rep, res):
+    """Hybrid steps of the whole model with --attention serial and pod
+    (kernels/model_hybrid_{serial,pod}.json from `vpod bench model --hybrids`)."""
+    docs = {}
+    for mode in ("serial", "pod"):
+        doc, _ = load_json(os.path.join(res, "kernels", f"model_hybrid_{mode}.json"))
+        if isinstance(doc, dict) and isinstance(doc.get("hybrid"), list):
+            docs[mode] = {r.get("step"): r for r in doc["hybrid"]}
+    if len(docs) < 2:
+        return  # optional
+    rows = []
+    for step, s_ in docs["serial"].items():
+        p_ = docs["pod"].get(step)
+        if not p_:
+            continue
+        rows.append((step, fmt(num(s_, "ms")), fmt(num(p_, "ms")), fmt(num(s_, "attention_ms")),
+                     fmt(num(p_, "attention_ms")),
+                     fmt(num(s_, "attention_ms") / num(p_, "attention_ms")) if num(p_, "attention_ms") else "-"))
+    if not rows:
+        return
+    rep.table(["hybrid step (chunk@cached + decodes@context)", "step ms serial", "step ms POD",
+               "attention ms serial", "attention ms POD", "attention serial / POD"], rows)
+    rep.text("The same kernels inside a whole Llama-3-8B step (`vpod bench model --hybrids`, all 32 layers, "
+             "attention summed over layers from per-op events of one eager step): one prefill chunk plus "
+             "the decodes of the running requests, the shape of the offline trace's steps. Where the ratio is "
+             "near 1, POD cannot speed up the end-to-end runs below.")
 
 
 def kernel_sweeps(rep, res):
@@ -587,6 +615,7 @@ def main():
         sys.exit(f"plot_results.py: {args.results} is not a folder")
     rep = Report(args.docs)
     kernels(rep, args.results)
+    pod_in_model(rep, args.results)
     kernel_sweeps(rep, args.results)
     allocator(rep, args.results)
     offline(rep, args.results)
