@@ -545,8 +545,8 @@ void run(const ModelBenchArgs& a) {
   // Hybrid steps (chunked prefill + decodes): where POD's fused kernel and
   // the serial kernels differ; run once per --attention mode to compare.
   if (!hybrids.empty()) {
-    std::printf("\n%-24s %10s | %8s %8s %8s  (attention %s)\n", "hybrid step", "ms", "gemm",
-                "attn", "other", a.attention.c_str());
+    std::printf("\n%-24s %10s | %8s %8s %8s  (attention %s)\n", "hybrid step", "ms", "gemm", "attn",
+                "other", a.attention.c_str());
   }
   nlohmann::json hybrid_rows = nlohmann::json::array();
   for (const HybridSpec& h : hybrids) {
