@@ -86,6 +86,30 @@ struct DecodeTile {
   // and must __syncthreads() before reusing it.
   static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int kv_head,
                              int head_chunk, char* smem, int tid) {
+    accumulate(p, item, kv_head, head_chunk, smem, tid);
+    __syncthreads();
+    merge_and_write(p, item, kv_head, head_chunk, smem, tid);
+  }
+
+  // The merge buffers accumulate() leaves in shared memory: per warp, 16 rows
+  // of unnormalized fp32 O (row stride kMergeStride), and per (warp, row) the
+  // log2-domain running maximum and the row sum.
+  static __device__ __forceinline__ float* merge_o(char* smem) {
+    return reinterpret_cast<float*>(smem + kSmemQ);  // [warp][row][kMergeStride]
+  }
+  static __device__ __forceinline__ float* merge_max(char* smem) {
+    return merge_o(smem) + kWarps * kRows * kMergeStride;  // [warp][row]
+  }
+  static __device__ __forceinline__ float* merge_sum(char* smem) {
+    return merge_max(smem) + kWarps * kRows;  // [warp][row]
+  }
+
+  // The main loop of run(): streams the item's keys and leaves each warp's
+  // partial result in the merge buffers. The caller synchronizes (the CTA, or
+  // the cluster for decode_cluster_kernel) before anyone reads them.
+  static __device__ __forceinline__ void accumulate(const AttentionParams& p,
+                                                    const DecodeWorkItem& item, int kv_head,
+                                                    int head_chunk, char* smem, int tid) {
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int head0 = kv_head * p.group_size + head_chunk * kRows;
@@ -211,25 +235,34 @@ struct DecodeTile {
     cp_async_wait<0>();
     __syncthreads();  // the pipeline's shared memory becomes the merge buffer
 
-    // Merge the four warps: O = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w.
-    float* merge_o = reinterpret_cast<float*>(smem + kSmemQ);    // [warp][row][kMergeStride]
-    float* merge_max = merge_o + kWarps * kRows * kMergeStride;  // [warp][row]
-    float* merge_sum = merge_max + kWarps * kRows;
+    // Each warp's rows to the merge buffers (see merge_and_write).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = lane / 4 + 8 * h;
-      float* dst = merge_o + (warp * kRows + row) * kMergeStride + (lane % 4) * 2;
+      float* dst = merge_o(smem) + (warp * kRows + row) * kMergeStride + (lane % 4) * 2;
 #pragma unroll
       for (int d = 0; d < kDAtoms; ++d) {
         *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h], o[d][2 * h + 1]);
       }
       const float sum = quad_sum(row_sum[h]);
       if (lane % 4 == 0) {
-        merge_max[warp * kRows + row] = row_max[h];
-        merge_sum[warp * kRows + row] = sum;
+        merge_max(smem)[warp * kRows + row] = row_max[h];
+        merge_sum(smem)[warp * kRows + row] = sum;
       }
     }
-    __syncthreads();
+  }
+
+  // Merges the four warps' buffers (after accumulate and a __syncthreads):
+  // O = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w, normalized to `out`,
+  // or for one KV split fp32 rows plus their log2-sum-exp to the partials.
+  static __device__ __forceinline__ void merge_and_write(const AttentionParams& p,
+                                                         const DecodeWorkItem& item, int kv_head,
+                                                         int head_chunk, char* smem, int tid) {
+    const int head0 = kv_head * p.group_size + head_chunk * kRows;
+    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+    const float* merge_o = DecodeTile::merge_o(smem);
+    const float* merge_max = DecodeTile::merge_max(smem);
+    const float* merge_sum = DecodeTile::merge_sum(smem);
 
     constexpr int kThreadsPerRow = kThreads / kRows;           // 8
     constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
