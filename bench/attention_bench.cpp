@@ -211,16 +211,18 @@ float round_to(DType dtype, float x) {
                               : half_bits_to_float(float_to_half_bits(x));
 }
 
-// The decode kernel a plan runs on this device: "heads", "tile", or
-// "tile+cluster<S>" when its splits merge as clusters of S CTAs.
+// The decode kernel a plan runs on this device: "tile" or "heads", plus
+// "+cluster<S>" when its splits merge as clusters of S CTAs.
 std::string decode_kernel_name(const attention::AttentionPlan& plan) {
-  if (plan.decode_kernel() == attention::DecodeKernel::heads) return "heads";
+  const bool heads = plan.decode_kernel() == attention::DecodeKernel::heads;
+  const std::string name = heads ? "heads" : "tile";
   const attention::AttentionDims& dims = plan.dims();
   if (plan.decode_cluster_size() > 0 &&
-      attention::detail::decode_cluster_supported(dims.dtype, dims.head_dim)) {
-    return "tile+cluster" + std::to_string(plan.decode_cluster_size());
+      (heads ? attention::detail::decode_heads_cluster_supported(dims.dtype, dims.head_dim)
+             : attention::detail::decode_cluster_supported(dims.dtype, dims.head_dim))) {
+    return name + "+cluster" + std::to_string(plan.decode_cluster_size());
   }
-  return "tile";
+  return name;
 }
 
 Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int sm_count,

@@ -292,8 +292,8 @@ TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
             DecodeKernel::tile);
 }
 
-// The tile kernel's splits merge as thread-block clusters when every decode
-// has the same number (2..8) of splits; the items are then grouped per decode
+// Decode splits merge as thread-block clusters when every decode has the same
+// number (2..8) of splits (either kernel); the items are then grouped per decode
 // (split j of the i-th decode at S * i + j), longest decodes first.
 TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
@@ -342,12 +342,16 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   const AttentionPlan eight_plan = AttentionPlan::create(odd, llama_dims(), eight).value();
   EXPECT_EQ(eight_plan.decode_cluster_size(), 8);
   expect_grouped(eight_plan, odd);
-  // Not as clusters: unsplit (32 x 4K), the heads kernel (64 x 8K), more than
-  // 8 splits, split counts that differ, or the option turned off.
+  // The heads kernel too: 64 x 8K runs on it, split in 2.
+  const HybridBatch big = make_batch({}, std::vector<int>(64, 8192));
+  const AttentionPlan big_plan = AttentionPlan::create(big, llama_dims(), h200()).value();
+  EXPECT_EQ(big_plan.decode_kernel(), DecodeKernel::heads);
+  EXPECT_EQ(big_plan.decode_cluster_size(), 2);
+  expect_grouped(big_plan, big);
+  expect_plan_covers_batch(big_plan, big);
+  // Not as clusters: unsplit (32 x 4K), more than 8 splits, split counts that
+  // differ, or the option turned off.
   EXPECT_EQ(AttentionPlan::create(make_batch({}, std::vector<int>(32, 4096)), llama_dims(), h200())
-                ->decode_cluster_size(),
-            0);
-  EXPECT_EQ(AttentionPlan::create(make_batch({}, std::vector<int>(64, 8192)), llama_dims(), h200())
                 ->decode_cluster_size(),
             0);
   PlanOptions nine = h200();
@@ -364,6 +368,8 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   EXPECT_EQ(counters.decode_items().size(), few_plan.decode_items().size());
   PlanOptions heads = eight;
   heads.decode_kernel = DecodeKernel::heads;
+  EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), heads)->decode_cluster_size(), 8);
+  heads.decode_splits = 9;
   EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), heads)->decode_cluster_size(), 0);
   // Prefill chunks beside the decodes do not matter.
   const HybridBatch hybrid = make_batch({{100, 300}}, std::vector<int>(16, 16384));

@@ -81,7 +81,7 @@ enum class DecodeKernel {
   heads,  // one CTA per (split, 4 KV heads / head chunks); one warp per head
 };
 
-// The most KV splits of one decode that the tile kernel merges as one
+// The most KV splits of one decode that the decode kernels merge as one
 // thread-block cluster through distributed shared memory (sm_90; the portable
 // cluster size).
 inline constexpr int kMaxDecodeClusterSize = 8;
@@ -93,9 +93,9 @@ struct PlanOptions {
   int prefill_splits = 0;
   int decode_splits = 0;
   DecodeKernel decode_kernel = DecodeKernel::automatic;
-  // Let the tile kernel's decode splits merge as a cluster where the plan
-  // allows it (decode_cluster_size()); false, or VPOD_ATTENTION_DECODE_MERGE=
-  // counters, keeps the arrival-counter merge through global memory.
+  // Let the decode splits merge as a cluster where the plan allows it (decode_cluster_size());
+  // false, or VPOD_ATTENTION_DECODE_MERGE= counters, keeps the arrival-counter merge through global
+  // memory.
   bool decode_cluster_merge = true;
 };
 
@@ -140,7 +140,7 @@ class AttentionPlan {
   int decode_head_chunks() const;
   // The decode kernel (never automatic) and its CTAs per decode item.
   DecodeKernel decode_kernel() const { return decode_kernel_; }
-  // S > 0 when the tile kernel's splits merge as clusters of S CTAs: every
+  // S > 0 when the decode splits merge as clusters of S CTAs: every
   // decode has S (2..kMaxDecodeClusterSize) splits, its items consecutive
   // (decode_items()[S * i + j] is split j of the i-th decode, longest decodes
   // first). 0: splits (if any) merge through the arrival counters. The

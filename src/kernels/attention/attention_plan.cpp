@@ -354,16 +354,15 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       best_chunk = heads_chunk;
     }
   }
-  // Cluster merge: the tile kernel with every decode in the same number of
-  // splits, 2..kMaxDecodeClusterSize (a cluster's CTAs share one launch's
-  // cluster shape). Its items are grouped by decode, longest decodes first.
+  // Cluster merge: every decode in the same number of splits,
+  // 2..kMaxDecodeClusterSize (a cluster's CTAs share one launch's cluster
+  // shape), either kernel. Its items are grouped by decode, longest first.
   int common_splits = -1;
   for (int blocks : decode_blocks) {
     const int splits = splits_for(blocks, best_chunk);
     common_splits = common_splits < 0 || common_splits == splits ? splits : 0;
   }
-  if (options.decode_cluster_merge && !cluster_merge_disabled_by_env() &&
-      plan.decode_kernel_ == DecodeKernel::tile && common_splits >= 2 &&
+  if (options.decode_cluster_merge && !cluster_merge_disabled_by_env() && common_splits >= 2 &&
       common_splits <= kMaxDecodeClusterSize) {
     plan.decode_cluster_size_ = common_splits;
   }

@@ -15,10 +15,11 @@
 // A second barrier keeps every CTA's shared memory alive until the others
 // have read it. No partial rows, no fence, no atomic, no L2 round trip.
 //
-// The plan says when this applies (AttentionPlan::decode_cluster_size(): the
-// tile kernel, every decode in the same number S of splits, 2 <= S <= 8); the
-// launcher uses it when the device runs this kernel's sm_90 code, else the
-// counter merge of decode_kernel on the same plan.
+// The plan says when this applies (AttentionPlan::decode_cluster_size():
+// every decode in the same number S of splits, 2 <= S <= 8); the launcher
+// uses it when the device runs this kernel's sm_90 code, else the counter
+// merge of decode_kernel on the same plan. The heads kernel has the same
+// scheme (decode_heads_tile.cuh, decode_heads_cluster_kernel).
 #include <cooperative_groups.h>
 
 #include "kernels/attention/attention_kernels.cuh"
