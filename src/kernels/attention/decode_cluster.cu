@@ -8,12 +8,15 @@
 // critical path of the last group (about 3-4 us of a 16 x 16K decode on the
 // H200, docs/attention.md). Here the S splits of a group are the S CTAs of a
 // cluster (S = 2..8, cluster dims (1, S, 1) over the plan's decode items,
-// which the plan groups by decode): each CTA leaves its four warps' partial
-// rows in its own shared memory (DecodeTile::accumulate), one cluster barrier
-// makes them visible, and CTA r merges the rows r, r + S, ... of all S * 4
-// warps straight from the CTAs' shared memory, normalizes and writes `out`.
-// A second barrier keeps every CTA's shared memory alive until the others
-// have read it. No partial rows, no fence, no atomic, no L2 round trip.
+// which the plan groups by decode): each CTA merges its four warps and keeps
+// its normalized rows and log-sum-exp (exactly the counter merge's partial
+// rows) in its own shared memory, one cluster barrier makes them visible, and
+// CTA r merges rows r, r + S, ... over the splits in order straight from the
+// CTAs' shared memory with the counter merge's arithmetic (merge_split_rows),
+// so both merges give the same bits (POD's fused kernel, which merges through
+// the counters, is compared bit for bit with the decode kernel). A second
+// barrier keeps every CTA's shared memory alive until the others have read
+// it. No partial rows in global memory, no fence, no atomic, no L2 round trip.
 //
 // The plan says when this applies (AttentionPlan::decode_cluster_size():
 // every decode in the same number S of splits, 2 <= S <= 8); the launcher
@@ -36,7 +39,6 @@ __global__ void __launch_bounds__(kAttentionThreads, kDecodeCtasPerSm)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Tile = DecodeTile<T, kHeadDim>;
   using E = ElementTraits<T>;
-  constexpr int kWarps = Tile::kWarps;
   constexpr int kRows = Tile::kRows;
   extern __shared__ __align__(128) char smem[];
   const int tid = static_cast<int>(threadIdx.x);
@@ -44,60 +46,48 @@ __global__ void __launch_bounds__(kAttentionThreads, kDecodeCtasPerSm)
   const int kv_head = static_cast<int>(blockIdx.x) / params.decode_head_chunks;
   const DecodeWorkItem item = params.plan.decode_items[blockIdx.y];
   Tile::accumulate(params, item, kv_head, head_chunk, smem, tid);
+  __syncthreads();
+  // This split's normalized rows and log-sum-exp, computed as for the
+  // counter merge's partial rows (DecodeTile::merge_warps), into shared memory.
+  constexpr int kCols = Tile::kColsPerThread;  // 16 or 8
+  const int row = tid / Tile::kThreadsPerRow;
+  const int col0 = (tid % Tile::kThreadsPerRow) * kCols;
+  {
+    float acc[kCols];
+    float overall_max, total;
+    Tile::merge_warps(smem, tid, acc, overall_max, total);
+    float* dst = Tile::split_o(smem) + row * kHeadDim + col0;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 4) {
+      *reinterpret_cast<float4*>(dst + c) = make_float4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]);
+    }
+    if (tid % Tile::kThreadsPerRow == 0) {
+      Tile::split_lse(smem)[row] = total > 0.f ? overall_max + __log2f(total) : -INFINITY;
+    }
+  }
 
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every split's merge buffers are written (release / acquire)
+  cluster.sync();  // every split's rows are written (release / acquire)
   const int splits = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-
-  // CTA `rank` merges rows rank, rank + splits, ...: 8 threads per row, each
-  // kCols columns, over the kWarps warps of every split.
-  constexpr int kThreadsPerRow = kAttentionThreads / kRows;  // 8
-  constexpr int kCols = kHeadDim / kThreadsPerRow;           // 16 or 8
-  const int row = tid / kThreadsPerRow;
-  const int col0 = (tid % kThreadsPerRow) * kCols;
+  // CTA `rank` merges rows rank, rank + splits, ... over the splits in order,
+  // with the counter merge's arithmetic (merge_split_rows): the same bits.
   const int rows = min(kRows, params.group_size - head_chunk * kRows);
   const bool mine = row < rows && row % splits == rank;
   float acc[kCols];
   float running_max = -INFINITY, total = 0.f;
   if (mine) {
+    merge_split_rows<kCols>(
+        splits,
+        [&](int s, float& lse, float4(&v)[kCols / 4]) {
+          char* remote = cluster.map_shared_rank(smem, s);
+          lse = Tile::split_lse(remote)[row];
+          const float4* src =
+              reinterpret_cast<const float4*>(Tile::split_o(remote) + row * kHeadDim + col0);
 #pragma unroll
-    for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      char* remote = cluster.map_shared_rank(smem, s);
-      const float* m_max = Tile::merge_max(remote) + row;
-      const float* m_sum = Tile::merge_sum(remote) + row;
-      const float* m_o = Tile::merge_o(remote) + row * Tile::kMergeStride + col0;
-      float w_max[kWarps], w_sum[kWarps];
-      float4 v[kWarps][kCols / 4];
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        w_max[w] = m_max[w * kRows];
-        w_sum[w] = m_sum[w * kRows];
-#pragma unroll
-        for (int i = 0; i < kCols / 4; ++i) {
-          v[w][i] = reinterpret_cast<const float4*>(m_o + w * kRows * Tile::kMergeStride)[i];
-        }
-      }
-      // Online merge over the warps (see merge_partial_rows): a warp whose
-      // keys were all masked has max -inf and sum 0 and weighs 0.
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float new_max = fmaxf(running_max, w_max[w]);
-        const float base = new_max == -INFINITY ? 0.f : new_max;
-        const float correction = exp2_approx(running_max - base);
-        const float weight = exp2_approx(w_max[w] - base);
-        running_max = new_max;
-        total = total * correction + weight * w_sum[w];
-#pragma unroll
-        for (int i = 0; i < kCols / 4; ++i) {
-          acc[4 * i] = acc[4 * i] * correction + weight * v[w][i].x;
-          acc[4 * i + 1] = acc[4 * i + 1] * correction + weight * v[w][i].y;
-          acc[4 * i + 2] = acc[4 * i + 2] * correction + weight * v[w][i].z;
-          acc[4 * i + 3] = acc[4 * i + 3] * correction + weight * v[w][i].w;
-        }
-      }
-    }
+          for (int i = 0; i < kCols / 4; ++i) v[i] = src[i];
+        },
+        acc, running_max, total);
   }
   // Done reading the other CTAs' shared memory (release); wait before exiting
   // until they are done reading ours.

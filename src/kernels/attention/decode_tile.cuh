@@ -104,6 +104,18 @@ struct DecodeTile {
     return merge_max(smem) + kWarps * kRows;  // [warp][row]
   }
 
+  // The cluster merge's copy of this split's rows (decode_cluster.cu): the
+  // normalized fp32 rows [kRows][kHeadDim] and their log2-sum-exp [kRows]
+  // that the counter merge writes as partial rows, after the merge buffers.
+  static constexpr int kSmemSplitRows = (kRows * kHeadDim + kRows) * 4;
+  static_assert(kSmemMerge + kSmemSplitRows <= kSmemPipeline, "split rows fit in the pipeline");
+  static __device__ __forceinline__ float* split_o(char* smem) {
+    return reinterpret_cast<float*>(smem + kSmemQ + kSmemMerge);
+  }
+  static __device__ __forceinline__ float* split_lse(char* smem) {
+    return split_o(smem) + kRows * kHeadDim;
+  }
+
   // The main loop of run(): streams the item's keys and leaves each warp's
   // partial result in the merge buffers. The caller synchronizes (the CTA, or
   // the cluster for decode_cluster_kernel) before anyone reads them.
@@ -252,36 +264,35 @@ struct DecodeTile {
     }
   }
 
-  // Merges the four warps' buffers (after accumulate and a __syncthreads):
-  // O = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w, normalized to `out`,
-  // or for one KV split fp32 rows plus their log2-sum-exp to the partials.
-  static __device__ __forceinline__ void merge_and_write(const AttentionParams& p,
-                                                         const DecodeWorkItem& item, int kv_head,
-                                                         int head_chunk, char* smem, int tid) {
-    const int head0 = kv_head * p.group_size + head_chunk * kRows;
-    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+  // The final merge's thread layout: 8 threads per row, kColsPerThread columns each.
+  static constexpr int kThreadsPerRow = kThreads / kRows;           // 8
+  static constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
+
+  // This thread's part of the four warps' merge (after accumulate and a
+  // __syncthreads): row tid / kThreadsPerRow, columns from (tid %
+  // kThreadsPerRow) * kColsPerThread. O = sum_w 2^(m_w - M) O_w / sum_w
+  // 2^(m_w - M) l_w, normalized into `acc`; M and the sum for the
+  // log-sum-exp.
+  static __device__ __forceinline__ void merge_warps(char* smem, int tid,
+                                                     float (&acc)[kColsPerThread],
+                                                     float& overall_max, float& total) {
     const float* merge_o = DecodeTile::merge_o(smem);
     const float* merge_max = DecodeTile::merge_max(smem);
     const float* merge_sum = DecodeTile::merge_sum(smem);
-
-    constexpr int kThreadsPerRow = kThreads / kRows;           // 8
-    constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
     const int row = tid / kThreadsPerRow;
     const int col0 = (tid % kThreadsPerRow) * kColsPerThread;
-    float overall_max = -INFINITY;
+    overall_max = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) overall_max = fmaxf(overall_max, merge_max[w * kRows + row]);
     const float base = overall_max == -INFINITY ? 0.f : overall_max;
     float weight[kWarps];
-    float total = 0.f;
+    total = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       weight[w] = exp2_approx(merge_max[w * kRows + row] - base);
       total += weight[w] * merge_sum[w * kRows + row];
     }
-    if (row >= rows) return;
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    float acc[kColsPerThread];
 #pragma unroll
     for (int c = 0; c < kColsPerThread; c += 4) {
       float4 sum4 = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -299,6 +310,22 @@ struct DecodeTile {
       acc[c + 2] = sum4.z * inv;
       acc[c + 3] = sum4.w * inv;
     }
+  }
+
+  // Merges the four warps' buffers (merge_warps, after accumulate and a
+  // __syncthreads) into normalized rows to `out`, or for one KV split fp32
+  // rows plus their log2-sum-exp to the partials.
+  static __device__ __forceinline__ void merge_and_write(const AttentionParams& p,
+                                                         const DecodeWorkItem& item, int kv_head,
+                                                         int head_chunk, char* smem, int tid) {
+    const int head0 = kv_head * p.group_size + head_chunk * kRows;
+    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+    const int row = tid / kThreadsPerRow;
+    const int col0 = (tid % kThreadsPerRow) * kColsPerThread;
+    float acc[kColsPerThread];
+    float overall_max, total;
+    merge_warps(smem, tid, acc, overall_max, total);
+    if (row >= rows) return;
     if (item.partial_row < 0) {
       T* dst = static_cast<T*>(p.out) +
                static_cast<std::int64_t>(item.token_offset) * p.out_token_stride +
