@@ -31,6 +31,7 @@
 #include "cuda/event.h"
 #include "cuda/stream.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/attention_reference.h"
 
 namespace vpod::bench {
@@ -211,6 +212,20 @@ float round_to(DType dtype, float x) {
                               : half_bits_to_float(float_to_half_bits(x));
 }
 
+// The decode kernel a plan runs on this device: "tile" or "heads", plus
+// "+cluster<S>" when its splits merge as clusters of S CTAs.
+std::string decode_kernel_name(const attention::AttentionPlan& plan) {
+  const bool heads = plan.decode_kernel() == attention::DecodeKernel::heads;
+  const std::string name = heads ? "heads" : "tile";
+  const attention::AttentionDims& dims = plan.dims();
+  if (plan.decode_cluster_size() > 0 &&
+      (heads ? attention::detail::decode_heads_cluster_supported(dims.dtype, dims.head_dim)
+             : attention::detail::decode_cluster_supported(dims.dtype, dims.head_dim))) {
+    return name + "+cluster" + std::to_string(plan.decode_cluster_size());
+  }
+  return name;
+}
+
 Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int sm_count,
                 std::size_t l2_bytes, cudaStream_t stream, std::vector<Row>& rows) {
   const HybridBatch batch = make_batch(c);
@@ -387,9 +402,7 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     row.tbps = bytes / (t.median_ms * 1e-3) / 1e12;
     row.items = c.decode ? plan.decode_items().size() : plan.prefill_items().size();
     row.combines = c.decode ? plan.decode_combines().size() : plan.prefill_combines().size();
-    if (c.decode) {
-      row.kernel = plan.decode_kernel() == attention::DecodeKernel::heads ? "heads" : "tile";
-    }
+    if (c.decode) row.kernel = decode_kernel_name(plan);
     rows.push_back(row);
   };
   auto wants = [&](const char* layout) {
@@ -501,9 +514,7 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
                c.decode ? plan.decode_items().size() : plan.prefill_items().size(),
                c.decode ? "decode" : "prefill",
                c.decode ? plan.decode_combines().size() : plan.prefill_combines().size(),
-               c.decode ? (plan.decode_kernel() == attention::DecodeKernel::heads ? ", heads kernel"
-                                                                                  : ", tile kernel")
-                        : "");
+               c.decode ? (", " + decode_kernel_name(plan) + " kernel").c_str() : "");
   return Status();
 }
 

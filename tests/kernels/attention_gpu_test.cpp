@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -324,6 +325,18 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
       EXPECT_GE(prefill, kPrefillCtasPerSm);
       EXPECT_GE(decode, kDecodeCtasPerSm);
       EXPECT_GE(heads, kDecodeCtasPerSm);
+      if (detail::decode_cluster_supported(dtype, d)) {
+        // Clusters of 2 (16 x 16K) must fill the SMs the planner counts on.
+        for (int size : {2, 8}) {
+          const int clusters = detail::decode_cluster_max_active(dtype, d, size).value();
+          std::printf("[attention] %s d%d: %d active decode clusters of %d on %d SMs\n",
+                      dtype_name(dtype).data(), d, clusters, size, num_sms());
+          if (size == 2) {
+            EXPECT_GE(clusters * size, num_sms() * kDecodeCtasPerSm * 9 / 10);
+          }
+          EXPECT_GE(clusters, 1);
+        }
+      }
     }
   }
 }
@@ -385,6 +398,96 @@ TEST(AttentionGpuTest, HeadsDecodeKernelMatchesReference) {
         compare_with_reference(contiguous, decodes, in, out, scale, rows_to_check(decodes, rng_a),
                                label_of(dims, layout, label).c_str());
         EXPECT_TRUE(out == out_paged) << label_of(dims, paged, label);
+      }
+    }
+  }
+}
+
+// The cluster-merged decode on the tile and heads kernels (sm_90): batches
+// whose decodes all split the same number of ways (planned, or forced;
+// clusters of 2, 4 and 8), odd lengths (the last split is short), groups
+// 4 / 7 / 1 / 20 (two head chunks) / 8, fp16 and bf16, head_dim 64 and 128,
+// per-layer and all-layers; against the reference, paged == contiguous and
+// == the counter merge of the same plan bit for bit, graph replays.
+TEST(AttentionGpuTest, ClusterMergedDecodeMatchesReference) {
+  VPOD_REQUIRE_GPU();
+  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
+      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
+    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the plan is overridden";
+  }
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  auto rng = fresh_rng();
+  struct Case {
+    int kv_heads, group, splits;
+    std::vector<int> contexts;
+  };
+  // Small caches (the host fill and the bitwise cache check dominate the run
+  // time). Planned: 16 decodes x 8 KV heads split 2 ways on the tile kernel
+  // (128 -> 256 CTAs), 8 ways on the heads kernel (32 -> 256 CTAs).
+  std::vector<int> planned(16, 1024);
+  planned[2] = 1000;
+  planned[15] = 999;
+  const std::vector<Case> cases = {
+      {8, 4, 0, planned},
+      {2, 7, 2, {4095, 4095, 4000}},
+      {3, 1, 3, {255, 255, 250, 255}},
+      {2, 20, 5, {1000, 999, 1001}},
+      {1, 8, 8, {16385, 16384}},
+      {4, 4, 4, {4097, 4100, 4000}},
+  };
+  // Each case on two of the four (dtype, head_dim) pairs, every pair three times.
+  using Pair = std::pair<DType, int>;
+  const std::array<std::array<Pair, 2>, 2> pairs = {
+      std::array<Pair, 2>{Pair{DType::f16, 128}, Pair{DType::bf16, 64}},
+      std::array<Pair, 2>{Pair{DType::bf16, 128}, Pair{DType::f16, 64}}};
+  int runs = 0;
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    for (const auto& [dtype, d] : pairs[ci % 2]) {
+      for (DecodeKernel kernel : {DecodeKernel::tile, DecodeKernel::heads}) {
+        const AttentionDims dims{c.kv_heads * c.group, c.kv_heads, d, dtype};
+        const HybridBatch decodes = make_batch({}, c.contexts);
+        const KvLayout layout = runs % 2 == 0 ? KvLayout::per_layer : KvLayout::all_layers;
+        const KvLayout paged = d == 64 ? KvLayout::paged256 : KvLayout::paged16;
+        ++runs;
+        PlanOptions options{num_sms(), 0, c.splits};
+        options.decode_kernel = kernel;
+        const AttentionPlan plan = AttentionPlan::create(decodes, dims, options).value();
+        ASSERT_GE(plan.decode_cluster_size(), 2) << "the case must plan even splits";
+        if (major >= 9) {
+          ASSERT_TRUE(detail::decode_cluster_supported(dtype, d) &&
+                      detail::decode_heads_cluster_supported(dtype, d))
+              << "sm_90 runs the cluster merge";
+        }
+        const std::uint64_t seed = rng();
+        std::mt19937_64 rng_a(seed), rng_b(seed);
+        HostKvCache contiguous(dims, layout, num_seqs(decodes), max_context(decodes), rng_a);
+        HostKvCache in_pages(dims, paged, num_seqs(decodes), max_context(decodes), rng_b);
+        rng_a.seed(seed);  // the same cached values, in different places
+        rng_b.seed(seed);
+        contiguous.fill_cached(decodes, rng_a);
+        in_pages.fill_cached(decodes, rng_b);
+        const StepInputs in = random_inputs(dims, decodes.num_tokens(), rng_a);
+        const float scale = 1.f / std::sqrt(static_cast<float>(d));
+        GpuAttention gpu_contiguous(contiguous), gpu_paged(in_pages);
+        // Graph replay for every other case (each step runs twice either way).
+        const auto out = gpu_contiguous.step(decodes, in, options, scale, runs % 2 == 0);
+        const auto out_paged = gpu_paged.step(decodes, in, options, scale);
+        char label[96];
+        std::snprintf(label, sizeof label, "%s cluster %d",
+                      kernel == DecodeKernel::heads ? "heads" : "tile", plan.decode_cluster_size());
+        compare_with_reference(contiguous, decodes, in, out, scale, rows_to_check(decodes, rng_a),
+                               label_of(dims, layout, label).c_str());
+        EXPECT_TRUE(out == out_paged) << label_of(dims, paged, label);
+        // The same plan merged through the arrival counters (fp32 partial rows
+        // in global memory): the same arithmetic in the same order, the same bits
+        // (POD's fused kernel merges that way and is compared bit for bit).
+        PlanOptions counters = options;
+        counters.decode_cluster_merge = false;
+        const auto out_counters = gpu_contiguous.step(decodes, in, counters, scale);
+        EXPECT_TRUE(out == out_counters) << label_of(dims, layout, label) << " vs counters";
       }
     }
   }

@@ -292,6 +292,92 @@ TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
             DecodeKernel::tile);
 }
 
+// Decode splits merge as thread-block clusters when every decode has the same
+// number (2..8) of splits (either kernel); the items are then grouped per decode
+// (split j of the i-th decode at S * i + j), longest decodes first.
+TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
+  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
+      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
+    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
+  }
+  auto expect_grouped = [](const AttentionPlan& plan, const HybridBatch& batch) {
+    const int s = plan.decode_cluster_size();
+    ASSERT_GT(s, 0);
+    const auto& items = plan.decode_items();
+    ASSERT_EQ(items.size(), batch.decodes.size() * s);
+    int previous_context = 1 << 30;
+    for (std::size_t i = 0; i < batch.decodes.size(); ++i) {
+      const DecodeWorkItem& first = items[i * s];
+      const int context = batch.decodes[first.seq].context_len();
+      EXPECT_LE(context, previous_context) << "longest decodes first";
+      previous_context = context;
+      for (int j = 0; j < s; ++j) {
+        const DecodeWorkItem& item = items[i * s + j];
+        EXPECT_EQ(item.seq, first.seq);
+        EXPECT_EQ(item.combine, first.combine);
+        EXPECT_EQ(item.kv_begin, j == 0 ? 0 : items[i * s + j - 1].kv_end) << "split order";
+        EXPECT_LT(item.kv_begin, item.kv_end) << "no empty split";
+      }
+      EXPECT_EQ(items[i * s + s - 1].kv_end, context);
+    }
+  };
+  // 16 x 16K (the shape): 128 tile CTAs split in 2 -> clusters of 2.
+  const HybridBatch few = make_batch({}, std::vector<int>(16, 16384));
+  const AttentionPlan few_plan = AttentionPlan::create(few, llama_dims(), h200()).value();
+  EXPECT_EQ(few_plan.decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(few_plan.decode_cluster_size(), 2);
+  expect_grouped(few_plan, few);
+  expect_plan_covers_batch(few_plan, few);
+  // Forced even splits, odd lengths, several lengths with the same split count.
+  const HybridBatch even = make_batch({}, {4095, 5000, 4097, 5000});
+  PlanOptions three = h200();
+  three.decode_splits = 3;
+  const AttentionPlan even_plan = AttentionPlan::create(even, llama_dims(), three).value();
+  EXPECT_EQ(even_plan.decode_cluster_size(), 3);
+  expect_grouped(even_plan, even);
+  expect_plan_covers_batch(even_plan, even);
+  PlanOptions eight = h200();
+  eight.decode_splits = 8;
+  const HybridBatch odd = make_batch({}, {16385, 16385, 16385});
+  const AttentionPlan eight_plan = AttentionPlan::create(odd, llama_dims(), eight).value();
+  EXPECT_EQ(eight_plan.decode_cluster_size(), 8);
+  expect_grouped(eight_plan, odd);
+  // The heads kernel too: 64 x 8K runs on it, split in 2.
+  const HybridBatch big = make_batch({}, std::vector<int>(64, 8192));
+  const AttentionPlan big_plan = AttentionPlan::create(big, llama_dims(), h200()).value();
+  EXPECT_EQ(big_plan.decode_kernel(), DecodeKernel::heads);
+  EXPECT_EQ(big_plan.decode_cluster_size(), 2);
+  expect_grouped(big_plan, big);
+  expect_plan_covers_batch(big_plan, big);
+  // Not as clusters: unsplit (32 x 4K), more than 8 splits, split counts that
+  // differ, or the option turned off.
+  EXPECT_EQ(AttentionPlan::create(make_batch({}, std::vector<int>(32, 4096)), llama_dims(), h200())
+                ->decode_cluster_size(),
+            0);
+  PlanOptions nine = h200();
+  nine.decode_splits = 9;
+  EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), nine)->decode_cluster_size(), 0);
+  const AttentionPlan mixed =
+      AttentionPlan::create(make_batch({}, {16384, 1000}), llama_dims(), {kH200Sms, 0, 4}).value();
+  EXPECT_EQ(mixed.decode_items().size(), 5u);
+  EXPECT_EQ(mixed.decode_cluster_size(), 0);
+  PlanOptions off = h200();
+  off.decode_cluster_merge = false;
+  const AttentionPlan counters = AttentionPlan::create(few, llama_dims(), off).value();
+  EXPECT_EQ(counters.decode_cluster_size(), 0);
+  EXPECT_EQ(counters.decode_items().size(), few_plan.decode_items().size());
+  PlanOptions heads = eight;
+  heads.decode_kernel = DecodeKernel::heads;
+  EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), heads)->decode_cluster_size(), 8);
+  heads.decode_splits = 9;
+  EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), heads)->decode_cluster_size(), 0);
+  // Prefill chunks beside the decodes do not matter.
+  const HybridBatch hybrid = make_batch({{100, 300}}, std::vector<int>(16, 16384));
+  const AttentionPlan hybrid_plan = AttentionPlan::create(hybrid, llama_dims(), h200()).value();
+  EXPECT_EQ(hybrid_plan.decode_cluster_size(), 2);
+  expect_plan_covers_batch(hybrid_plan, hybrid);
+}
+
 TEST(AttentionPlanTest, UploadChecksTheBuffer) {
   auto plan = AttentionPlan::create(make_batch({{0, 10}}, {5}), llama_dims(), h200());
   ASSERT_TRUE(plan.ok());

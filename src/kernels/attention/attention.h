@@ -81,6 +81,11 @@ enum class DecodeKernel {
   heads,  // one CTA per (split, 4 KV heads / head chunks); one warp per head
 };
 
+// The most KV splits of one decode that the decode kernels merge as one
+// thread-block cluster through distributed shared memory (sm_90; the portable
+// cluster size).
+inline constexpr int kMaxDecodeClusterSize = 8;
+
 struct PlanOptions {
   int num_sms = 0;  // SMs of the GPU the plan runs on (GpuInfo::sm_count); required
   // 0: the planner decides. n > 0: force n KV splits per prefill tile / decode
@@ -88,6 +93,10 @@ struct PlanOptions {
   int prefill_splits = 0;
   int decode_splits = 0;
   DecodeKernel decode_kernel = DecodeKernel::automatic;
+  // Let the decode splits merge as a cluster where the plan allows it (decode_cluster_size());
+  // false, or VPOD_ATTENTION_DECODE_MERGE= counters, keeps the arrival-counter merge through global
+  // memory.
+  bool decode_cluster_merge = true;
 };
 
 // Device memory a plan needs, owned by the caller and sized once for the
@@ -131,6 +140,13 @@ class AttentionPlan {
   int decode_head_chunks() const;
   // The decode kernel (never automatic) and its CTAs per decode item.
   DecodeKernel decode_kernel() const { return decode_kernel_; }
+  // S > 0 when the decode splits merge as clusters of S CTAs: every
+  // decode has S (2..kMaxDecodeClusterSize) splits, its items consecutive
+  // (decode_items()[S * i + j] is split j of the i-th decode, longest decodes
+  // first). 0: splits (if any) merge through the arrival counters. The
+  // launcher falls back to the counters where the device lacks clusters
+  // (the counters and partial rows stay planned either way).
+  int decode_cluster_size() const { return decode_cluster_size_; }
   int decode_ctas_per_item() const;
   // Arrival counters of the decode splits in the workspace (one per combine,
   // KV head and head chunk); upload() zeroes them.
@@ -153,6 +169,7 @@ class AttentionPlan {
   std::vector<TokenSlot> token_slots_;
   int partial_rows_ = 0;
   DecodeKernel decode_kernel_ = DecodeKernel::tile;
+  int decode_cluster_size_ = 0;
   PlanLayout layout_;
   std::vector<std::byte> metadata_;  // host image of the device metadata
 

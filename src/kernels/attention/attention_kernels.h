@@ -23,6 +23,20 @@ Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStrea
 Status launch_decode_heads(const AttentionParams& params, DType dtype, int head_dim,
                            cudaStream_t stream);
 Result<int> decode_heads_ctas_per_sm(DType dtype, int head_dim);
+// The heads kernel with its splits merged per cluster of `cluster_size`
+// consecutive decode items (sm_90, AttentionPlan::decode_cluster_size()).
+Status launch_decode_heads_cluster(const AttentionParams& params, DType dtype, int head_dim,
+                                   int cluster_size, cudaStream_t stream);
+bool decode_heads_cluster_supported(DType dtype, int head_dim);
+// The cluster-merged tile decode kernel (decode_cluster.cu, sm_90): grid as
+// launch_decode, clusters of `cluster_size` consecutive decode items (the
+// splits of one decode, AttentionPlan::decode_cluster_size()).
+Status launch_decode_cluster(const AttentionParams& params, DType dtype, int head_dim,
+                             int cluster_size, cudaStream_t stream);
+// Whether the device runs the cluster kernel's sm_90 code.
+bool decode_cluster_supported(DType dtype, int head_dim);
+// Clusters of `cluster_size` CTAs of the cluster kernel that fit on the device at once.
+Result<int> decode_cluster_max_active(DType dtype, int head_dim, int cluster_size);
 // Merges KV splits: one CTA per combine item.
 Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cudaStream_t stream);
 Status launch_append(const AppendParams& params, cudaStream_t stream);

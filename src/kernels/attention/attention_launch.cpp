@@ -120,6 +120,16 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
     return env != nullptr && std::string_view(env) == "kernel";
   }();
   if (combine_kernel) p.plan.decode_counters = nullptr;
+  // The splits merge inside their cluster (sm_90): no partial rows, no counters.
+  const bool heads = plan.decode_kernel() == DecodeKernel::heads;
+  if (plan.decode_cluster_size() > 0 && !combine_kernel &&
+      (heads ? detail::decode_heads_cluster_supported(dims.dtype, dims.head_dim)
+             : detail::decode_cluster_supported(dims.dtype, dims.head_dim))) {
+    return heads ? detail::launch_decode_heads_cluster(p, dims.dtype, dims.head_dim,
+                                                       plan.decode_cluster_size(), stream)
+                 : detail::launch_decode_cluster(p, dims.dtype, dims.head_dim,
+                                                 plan.decode_cluster_size(), stream);
+  }
   if (plan.decode_kernel() == DecodeKernel::heads) {
     VPOD_RETURN_IF_ERROR(detail::launch_decode_heads(p, dims.dtype, dims.head_dim, stream));
   } else {

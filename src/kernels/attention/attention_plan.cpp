@@ -162,6 +162,15 @@ DecodeKernel resolve_decode_kernel(DecodeKernel requested) {
   return from_env;
 }
 
+// VPOD_ATTENTION_DECODE_MERGE=counters: no cluster merge (comparison).
+bool cluster_merge_disabled_by_env() {
+  static const bool disabled = [] {
+    const char* env = std::getenv("VPOD_ATTENTION_DECODE_MERGE");
+    return env != nullptr && std::string_view(env) == "counters";
+  }();
+  return disabled;
+}
+
 }  // namespace
 
 Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const AttentionDims& dims,
@@ -359,7 +368,26 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       best_chunk = heads_chunk;
     }
   }
-  for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) {
+  // Cluster merge: every decode in the same number of splits,
+  // 2..kMaxDecodeClusterSize (a cluster's CTAs share one launch's cluster
+  // shape), either kernel. Its items are grouped by decode, longest first.
+  int common_splits = -1;
+  for (int blocks : decode_blocks) {
+    const int splits = splits_for(blocks, best_chunk);
+    common_splits = common_splits < 0 || common_splits == splits ? splits : 0;
+  }
+  if (options.decode_cluster_merge && !cluster_merge_disabled_by_env() && common_splits >= 2 &&
+      common_splits <= kMaxDecodeClusterSize) {
+    plan.decode_cluster_size_ = common_splits;
+  }
+  std::vector<int> decode_order(batch.decodes.size());
+  for (int i = 0; i < static_cast<int>(decode_order.size()); ++i) decode_order[i] = i;
+  if (plan.decode_cluster_size_ > 0) {
+    std::stable_sort(decode_order.begin(), decode_order.end(), [&](int a, int b) {
+      return batch.decodes[a].context_len() > batch.decodes[b].context_len();
+    });
+  }
+  for (int i : decode_order) {
     const int blocks = decode_blocks[i];
     const int ctx = batch.decodes[i].context_len();
     const int splits = splits_for(blocks, best_chunk);
@@ -380,10 +408,12 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
            batch.decodes[i].slot, batch.decodes[i].token_offset, 0});
     }
   }
-  std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),
-                   [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
-                     return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
-                   });
+  if (plan.decode_cluster_size_ == 0) {
+    std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),
+                     [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
+                       return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
+                     });
+  }
 
   if (plan.prefill_items_.size() > kMaxGridY || plan.decode_items_.size() > kMaxGridY) {
     return out_of_range(

@@ -14,47 +14,76 @@
 // row warp * 16 + key holds key `key` of unit `warp`; the same swizzled tile
 // and fragment code as DecodeTile). Q goes straight from global memory into
 // the warp's A fragments (the unit's 16 query heads as rows).
+//
+// With kClusterMerge (sm_90, decode_heads_cluster_kernel), the S splits of a
+// decode are the S CTAs of a thread-block cluster: after the main loop each
+// warp leaves its normalized rows and log-sum-exp (the counter merge's
+// partial rows) in its CTA's shared memory (the ring, no longer needed), and
+// after one cluster barrier CTA r merges rows r, r + S, ... of each unit from
+// all S CTAs' shared memory with the counter merge's arithmetic
+// (merge_split_rows, splits in order: the same bits) and writes `out` (no
+// partial rows in global memory, no fence, no arrival counter).
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include "kernels/attention/attention_device.cuh"
 
 namespace vpod::attention::device {
 
-// Merges the fp32 partial rows of one output row over its KV splits, in one
-// pass with a running maximum (every split's log-sum-exp and row loaded
-// together, no second round trip to L2): acc = sum_s 2^(lse_s - M) o_s over
-// columns [col0, col0 + kCols), total = sum_s 2^(lse_s - M).
+// The split merge's arithmetic for one output row, in one pass over the
+// splits in order with a running maximum: acc = sum_s 2^(lse_s - M) o_s over
+// kCols columns, total = sum_s 2^(lse_s - M). `load(s, lse, v)` fetches split
+// s's log-sum-exp and columns. The counter merge (rows in global memory) and
+// the cluster merge (rows in the cluster's shared memory) both run it, with
+// the roundings pinned (no contraction left to the compiler), so they give
+// the same bits.
+template <int kCols, typename Load>
+__device__ __forceinline__ void merge_split_rows(int num_splits, Load&& load, float (&acc)[kCols],
+                                                 float& running_max, float& total) {
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
+#pragma unroll 4
+  for (int s = 0; s < num_splits; ++s) {
+    float lse;
+    float4 v[kCols / 4];
+    load(s, lse, v);
+    const float new_max = fmaxf(running_max, lse);
+    const float base = new_max == -INFINITY ? 0.f : new_max;
+    const float correction = exp2_approx(running_max - base);  // 2^-inf = 0 at the start
+    const float w = exp2_approx(lse - base);
+    running_max = new_max;
+    total = __fmaf_rn(total, correction, w);
+#pragma unroll
+    for (int i = 0; i < kCols / 4; ++i) {
+      acc[4 * i] = __fmaf_rn(w, v[i].x, __fmul_rn(acc[4 * i], correction));
+      acc[4 * i + 1] = __fmaf_rn(w, v[i].y, __fmul_rn(acc[4 * i + 1], correction));
+      acc[4 * i + 2] = __fmaf_rn(w, v[i].z, __fmul_rn(acc[4 * i + 2], correction));
+      acc[4 * i + 3] = __fmaf_rn(w, v[i].w, __fmul_rn(acc[4 * i + 3], correction));
+    }
+  }
+}
+
+// Merges the fp32 partial rows of one output row over its KV splits
+// (merge_split_rows; every split's log-sum-exp and row loaded together, no
+// second round trip to L2), over columns [col0, col0 + kCols).
 template <int kCols>
 __device__ __forceinline__ void merge_partial_rows(const float* partial_o, const float* partial_lse,
                                                    const CombineItem& c, std::int64_t num_q_heads,
                                                    int head, int head_dim, int col0,
                                                    float (&acc)[kCols], float& running_max,
                                                    float& total) {
+  merge_split_rows<kCols>(
+      c.num_splits,
+      [&](int s, float& lse, float4(&v)[kCols / 4]) {
+        const std::int64_t prow =
+            static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * num_q_heads + head;
+        lse = __ldcg(partial_lse + prow);
+        const float4* src = reinterpret_cast<const float4*>(partial_o + prow * head_dim + col0);
 #pragma unroll
-  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
-#pragma unroll 4
-  for (int s = 0; s < c.num_splits; ++s) {
-    const std::int64_t prow =
-        static_cast<std::int64_t>(c.partial_row + s * c.partial_stride) * num_q_heads + head;
-    const float lse = __ldcg(partial_lse + prow);
-    float4 v[kCols / 4];
-    const float4* src = reinterpret_cast<const float4*>(partial_o + prow * head_dim + col0);
-#pragma unroll
-    for (int i = 0; i < kCols / 4; ++i) v[i] = __ldcg(src + i);
-    const float new_max = fmaxf(running_max, lse);
-    const float base = new_max == -INFINITY ? 0.f : new_max;
-    const float correction = exp2_approx(running_max - base);  // 2^-inf = 0 at the start
-    const float w = exp2_approx(lse - base);
-    running_max = new_max;
-    total = total * correction + w;
-#pragma unroll
-    for (int i = 0; i < kCols / 4; ++i) {
-      acc[4 * i] = acc[4 * i] * correction + w * v[i].x;
-      acc[4 * i + 1] = acc[4 * i + 1] * correction + w * v[i].y;
-      acc[4 * i + 2] = acc[4 * i + 2] * correction + w * v[i].z;
-      acc[4 * i + 3] = acc[4 * i + 3] * correction + w * v[i].w;
-    }
-  }
+        for (int i = 0; i < kCols / 4; ++i) v[i] = __ldcg(src + i);
+      },
+      acc, running_max, total);
 }
 
 template <typename T, int kHeadDim>
@@ -118,9 +147,17 @@ struct DecodeHeadsTile {
     }
   }
 
+  // The cluster merge's buffers in the ring: per warp 16 normalized fp32 rows
+  // (row stride kMergeStride), then per (warp, row) the log2-sum-exp.
+  static constexpr int kMergeStride = kHeadDim + 4;
+  static_assert((kWarps * kRows * kMergeStride + 2 * kWarps * kRows) * 4 <= kSmemBytes,
+                "the merge buffers fit in the ring");
+
   // Runs units [unit0, unit0 + kWarps) of decode item `item` (warps whose
   // unit is past num_kv_heads * decode_head_chunks only help load). The
-  // caller owns `smem` (kSmemBytes, 128-byte aligned).
+  // caller owns `smem` (kSmemBytes, 128-byte aligned). kClusterMerge: the
+  // item is one split of a cluster of S CTAs (see the top of this file).
+  template <bool kClusterMerge = false>
   static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int unit0,
                              char* smem, int tid) {
     const int warp = tid / 32;
@@ -264,6 +301,10 @@ struct DecodeHeadsTile {
       }
     }
     cp_async_wait<0>();
+    if constexpr (kClusterMerge) {
+      cluster_merge(p, item, active, head0, rows, o, row_max, row_sum, smem, lane, warp);
+      return;
+    }
     if (!active) return;
 
       // The warp's rows: normalized to `out`, or fp32 plus log-sum-exp to the
@@ -336,6 +377,85 @@ struct DecodeHeadsTile {
         *reinterpret_cast<uint4*>(dst + i) = packed;
       }
     }
+  }
+
+  static __device__ __forceinline__ void cluster_merge(
+      const AttentionParams& p, const DecodeWorkItem& item, bool active, int head0, int rows,
+      const float (&o)[kDAtoms][4], const float (&row_max)[2], const float (&row_sum)[2],
+      char* smem, int lane, int warp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    using E = ElementTraits<T>;
+    auto merge_o = [](char* base, int w) {
+      return reinterpret_cast<float*>(base) + w * kRows * kMergeStride;
+    };
+    auto merge_lse = [](char* base, int w) {
+      return reinterpret_cast<float*>(base) + kWarps * kRows * kMergeStride + w * kRows;
+    };
+    __syncthreads();  // every warp is done with the ring: it becomes the merge buffers
+    // This split's normalized rows and log-sum-exp, the values the counter
+    // merge writes as partial rows.
+    const int g = lane / 4;
+    const int t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      const float sum = quad_sum(row_sum[h]);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      float* dst = merge_o(smem, warp) + row * kMergeStride + 2 * t;
+#pragma unroll
+      for (int d = 0; d < kDAtoms; ++d) {
+        *reinterpret_cast<float2*>(dst + d * 8) =
+            make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      }
+      if (t == 0) merge_lse(smem, warp)[row] = sum > 0.f ? row_max[h] + __log2f(sum) : -INFINITY;
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's rows are written (release / acquire)
+    const int splits = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    // This CTA's rows of the warp's unit: rank, rank + splits, ...; 8 lanes
+    // per row (kCols columns each), 4 rows per pass; splits merged in order
+    // as by the counter merge (merge_split_rows).
+    constexpr int kLanesPerRow = 8;
+    constexpr int kCols = kHeadDim / kLanesPerRow;
+    const int col0 = (lane % kLanesPerRow) * kCols;
+    const int my_rows = active && rank < rows ? (rows - rank + splits - 1) / splits : 0;
+    for (int k = lane / kLanesPerRow; k < my_rows; k += 32 / kLanesPerRow) {
+      const int row = rank + k * splits;
+      float acc[kCols];
+      float running_max = -INFINITY, total = 0.f;
+      merge_split_rows<kCols>(
+          splits,
+          [&](int s, float& lse, float4(&v)[kCols / 4]) {
+            char* remote = cluster.map_shared_rank(smem, s);
+            lse = merge_lse(remote, warp)[row];
+            const float4* src =
+                reinterpret_cast<const float4*>(merge_o(remote, warp) + row * kMergeStride + col0);
+#pragma unroll
+            for (int i = 0; i < kCols / 4; ++i) v[i] = src[i];
+          },
+          acc, running_max, total);
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      T* dst = static_cast<T*>(p.out) +
+               static_cast<std::int64_t>(item.token_offset) * p.out_token_stride +
+               static_cast<std::int64_t>(head0 + row) * kHeadDim + col0;
+#pragma unroll
+      for (int i = 0; i < kCols; i += 8) {
+        uint4 packed;
+        packed.x = E::pack(acc[i] * inv, acc[i + 1] * inv);
+        packed.y = E::pack(acc[i + 2] * inv, acc[i + 3] * inv);
+        packed.z = E::pack(acc[i + 4] * inv, acc[i + 5] * inv);
+        packed.w = E::pack(acc[i + 6] * inv, acc[i + 7] * inv);
+        *reinterpret_cast<uint4*>(dst + i) = packed;
+      }
+    }
+    cluster.sync();  // the other CTAs are done reading this one's shared memory
+#else
+    (void)p, (void)item, (void)active, (void)head0, (void)rows, (void)o, (void)row_max,
+        (void)row_sum, (void)smem, (void)lane, (void)warp;
+    __trap();  // launched only where the device runs the sm_90 code
+#endif
   }
 };
 

@@ -86,6 +86,42 @@ struct DecodeTile {
   // and must __syncthreads() before reusing it.
   static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int kv_head,
                              int head_chunk, char* smem, int tid) {
+    accumulate(p, item, kv_head, head_chunk, smem, tid);
+    __syncthreads();
+    merge_and_write(p, item, kv_head, head_chunk, smem, tid);
+  }
+
+  // The merge buffers accumulate() leaves in shared memory: per warp, 16 rows
+  // of unnormalized fp32 O (row stride kMergeStride), and per (warp, row) the
+  // log2-domain running maximum and the row sum.
+  static __device__ __forceinline__ float* merge_o(char* smem) {
+    return reinterpret_cast<float*>(smem + kSmemQ);  // [warp][row][kMergeStride]
+  }
+  static __device__ __forceinline__ float* merge_max(char* smem) {
+    return merge_o(smem) + kWarps * kRows * kMergeStride;  // [warp][row]
+  }
+  static __device__ __forceinline__ float* merge_sum(char* smem) {
+    return merge_max(smem) + kWarps * kRows;  // [warp][row]
+  }
+
+  // The cluster merge's copy of this split's rows (decode_cluster.cu): the
+  // normalized fp32 rows [kRows][kHeadDim] and their log2-sum-exp [kRows]
+  // that the counter merge writes as partial rows, after the merge buffers.
+  static constexpr int kSmemSplitRows = (kRows * kHeadDim + kRows) * 4;
+  static_assert(kSmemMerge + kSmemSplitRows <= kSmemPipeline, "split rows fit in the pipeline");
+  static __device__ __forceinline__ float* split_o(char* smem) {
+    return reinterpret_cast<float*>(smem + kSmemQ + kSmemMerge);
+  }
+  static __device__ __forceinline__ float* split_lse(char* smem) {
+    return split_o(smem) + kRows * kHeadDim;
+  }
+
+  // The main loop of run(): streams the item's keys and leaves each warp's
+  // partial result in the merge buffers. The caller synchronizes (the CTA, or
+  // the cluster for decode_cluster_kernel) before anyone reads them.
+  static __device__ __forceinline__ void accumulate(const AttentionParams& p,
+                                                    const DecodeWorkItem& item, int kv_head,
+                                                    int head_chunk, char* smem, int tid) {
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int head0 = kv_head * p.group_size + head_chunk * kRows;
@@ -211,44 +247,52 @@ struct DecodeTile {
     cp_async_wait<0>();
     __syncthreads();  // the pipeline's shared memory becomes the merge buffer
 
-    // Merge the four warps: O = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w.
-    float* merge_o = reinterpret_cast<float*>(smem + kSmemQ);    // [warp][row][kMergeStride]
-    float* merge_max = merge_o + kWarps * kRows * kMergeStride;  // [warp][row]
-    float* merge_sum = merge_max + kWarps * kRows;
+    // Each warp's rows to the merge buffers (see merge_and_write).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = lane / 4 + 8 * h;
-      float* dst = merge_o + (warp * kRows + row) * kMergeStride + (lane % 4) * 2;
+      float* dst = merge_o(smem) + (warp * kRows + row) * kMergeStride + (lane % 4) * 2;
 #pragma unroll
       for (int d = 0; d < kDAtoms; ++d) {
         *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h], o[d][2 * h + 1]);
       }
       const float sum = quad_sum(row_sum[h]);
       if (lane % 4 == 0) {
-        merge_max[warp * kRows + row] = row_max[h];
-        merge_sum[warp * kRows + row] = sum;
+        merge_max(smem)[warp * kRows + row] = row_max[h];
+        merge_sum(smem)[warp * kRows + row] = sum;
       }
     }
-    __syncthreads();
+  }
 
-    constexpr int kThreadsPerRow = kThreads / kRows;           // 8
-    constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
+  // The final merge's thread layout: 8 threads per row, kColsPerThread columns each.
+  static constexpr int kThreadsPerRow = kThreads / kRows;           // 8
+  static constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
+
+  // This thread's part of the four warps' merge (after accumulate and a
+  // __syncthreads): row tid / kThreadsPerRow, columns from (tid %
+  // kThreadsPerRow) * kColsPerThread. O = sum_w 2^(m_w - M) O_w / sum_w
+  // 2^(m_w - M) l_w, normalized into `acc`; M and the sum for the
+  // log-sum-exp.
+  static __device__ __forceinline__ void merge_warps(char* smem, int tid,
+                                                     float (&acc)[kColsPerThread],
+                                                     float& overall_max, float& total) {
+    const float* merge_o = DecodeTile::merge_o(smem);
+    const float* merge_max = DecodeTile::merge_max(smem);
+    const float* merge_sum = DecodeTile::merge_sum(smem);
     const int row = tid / kThreadsPerRow;
     const int col0 = (tid % kThreadsPerRow) * kColsPerThread;
-    float overall_max = -INFINITY;
+    overall_max = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) overall_max = fmaxf(overall_max, merge_max[w * kRows + row]);
     const float base = overall_max == -INFINITY ? 0.f : overall_max;
     float weight[kWarps];
-    float total = 0.f;
+    total = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       weight[w] = exp2_approx(merge_max[w * kRows + row] - base);
       total += weight[w] * merge_sum[w * kRows + row];
     }
-    if (row >= rows) return;
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    float acc[kColsPerThread];
 #pragma unroll
     for (int c = 0; c < kColsPerThread; c += 4) {
       float4 sum4 = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -266,6 +310,22 @@ struct DecodeTile {
       acc[c + 2] = sum4.z * inv;
       acc[c + 3] = sum4.w * inv;
     }
+  }
+
+  // Merges the four warps' buffers (merge_warps, after accumulate and a
+  // __syncthreads) into normalized rows to `out`, or for one KV split fp32
+  // rows plus their log2-sum-exp to the partials.
+  static __device__ __forceinline__ void merge_and_write(const AttentionParams& p,
+                                                         const DecodeWorkItem& item, int kv_head,
+                                                         int head_chunk, char* smem, int tid) {
+    const int head0 = kv_head * p.group_size + head_chunk * kRows;
+    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+    const int row = tid / kThreadsPerRow;
+    const int col0 = (tid % kThreadsPerRow) * kColsPerThread;
+    float acc[kColsPerThread];
+    float overall_max, total;
+    merge_warps(smem, tid, acc, overall_max, total);
+    if (row >= rows) return;
     if (item.partial_row < 0) {
       T* dst = static_cast<T*>(p.out) +
                static_cast<std::int64_t>(item.token_offset) * p.out_token_stride +
