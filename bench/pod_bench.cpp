@@ -352,9 +352,10 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
     }
     pod_us /= kReps;
     serial_us /= kReps;
-    if (c.named) {
+    if (c.named || cases.size() <= 40) {
       fmt::print("{:<34} {:>10.1f} {:>10.1f}  {}\n", c.name, pod_us, serial_us, plan_text);
-    } else {
+    }
+    if (!c.named) {
       sweep_pod.push_back(pod_us);
       sweep_serial.push_back(serial_us);
     }

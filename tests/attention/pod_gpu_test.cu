@@ -667,7 +667,7 @@ TEST(PodGpuTest, SerialFallbackAndPlannerChoices) {
   std::mt19937_64 rng = fresh_rng("fallback");
   const AttentionDims dims{32, 8, 128, DType::bf16};
   for (const HybridBatch& batch :
-       {make_batch({}, std::vector<int>(40, 3000)), make_batch({{0, 200}}, {})}) {
+       {make_batch({}, std::vector<int>(24, 2000)), make_batch({{0, 200}}, {})}) {
     PodOptions options = options_for(dims);
     options.serial_fallback = true;
     PodRun run(dims, KvLayout::all_layers, batch, options, rng);
@@ -677,9 +677,11 @@ TEST(PodGpuTest, SerialFallbackAndPlannerChoices) {
   }
   auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
   int fused = 0;
-  for (int b = 0; b < 12; ++b) {
+  // Small batches: the fp64 reference of 32 heads dominates the test's time
+  // (on the H200, 2026-11-30 14:37 UTC, 3 batches ~4x this size took ~35 s).
+  for (int b = 0; b < 8; ++b) {
     const HybridBatch batch =
-        make_batch({{pick(2000), 1 + pick(700)}}, std::vector<int>(1 + pick(40), 1 + pick(4000)));
+        make_batch({{pick(1200), 1 + pick(300)}}, std::vector<int>(1 + pick(24), 1 + pick(2500)));
     PodOptions options = options_for(dims);
     options.serial_fallback = true;
     options.choose_ratio = true;
@@ -687,7 +689,7 @@ TEST(PodGpuTest, SerialFallbackAndPlannerChoices) {
     fused += run.plan().config().fused;
     EXPECT_TRUE(check_batch(run, rng, "planner choice " + std::to_string(b)));
   }
-  std::printf("[pod] planner choices: %d of 12 hybrid batches fused\n", fused);
+  std::printf("[pod] planner choices: %d of 8 hybrid batches fused\n", fused);
 }
 
 TEST(PodGpuTest, EmptyBatchLaunchesNothing) {

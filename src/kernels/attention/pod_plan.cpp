@@ -533,8 +533,7 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
     // Coordinate descent over (prefill splits, decode splits) for each ratio
     // policy, on the fluid model: prefill splits for the one-wave decode
     // split, then decode splits, then prefill splits again; the other ratio
-    // starts from the first one's choice. A prefill grid that fills a wave
-    // is not split (splits only add partial rows there).
+    // starts from the first one's choice.
     Model model = list_model;
     model.fluid = true;
     for (int g : {8, 4, 2}) {
@@ -544,14 +543,24 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
         break;
       }
     }
-    const int last_prefill =
-        options.prefill_splits == 0 && base_prefill >= slots ? 1 : model_prefill_splits;
+    const int last_prefill = model_prefill_splits;
+    // Both searches go up in splits and stop after two candidates in a row
+    // that do not beat the best so far (the estimate is about unimodal in
+    // the split count; planning time).
     auto best_prefill_for = [&](Decision& d, int n) {
       Choice within, beyond;
+      double best_us = 0;
+      int worse = 0;
       for (int s = first_prefill; s <= last_prefill; ++s) {
         Choice& c = s <= max_prefill_splits ? within : beyond;
         const Estimate e = estimate(shape, dims, model, s, n, virtual_decode);
         if (!c.set || e.us < c.e.us * (1 - 1e-9)) c = {s, n, e, true};
+        if (s == first_prefill || e.us < best_us * (1 - 1e-9)) {
+          best_us = e.us;
+          worse = 0;
+        } else if (++worse >= 2) {
+          break;
+        }
       }
       d.within = within;
       d.beyond = beyond;
@@ -559,10 +568,16 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
     };
     auto best_decode_for = [&](Decision& d) {
       Choice c = d.chosen();
+      int worse = 0;
       for (int n : decode_candidates) {
         if (n == c.decode) continue;
         const Estimate e = estimate(shape, dims, model, c.prefill, n, virtual_decode);
-        if (e.us < c.e.us * (1 - 1e-9)) c = {c.prefill, n, e, true};
+        if (e.us < c.e.us * (1 - 1e-9)) {
+          c = {c.prefill, n, e, true};
+          worse = 0;
+        } else if (n > c.decode && ++worse >= 2) {
+          break;
+        }
       }
       return c.decode;
     };
