@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -45,6 +46,7 @@ constexpr double kPeakTflops = 771.0;  // docs/gpu.md: bf16 GEMM on the H200
 constexpr double kPeakTbps = 4.24;     // device-to-device copy
 constexpr int kMaxCtx = 20480;
 constexpr int kMaxDecodes = 256;
+constexpr int kMaxChunk = 2048;
 
 struct PodCase {
   std::string name;
@@ -82,11 +84,54 @@ std::vector<PodCase> sweep_cases(int n, std::uint64_t seed) {
   return cases;
 }
 
+// --cases "C@X+D@Y,...": a prefill chunk of C tokens after X cached tokens plus
+// D decodes at context Y (the engine's hybrid steps, as `vpod bench model
+// --hybrids` names them), with q_heads/kv_heads query/KV heads.
+Result<std::vector<PodCase>> parse_cases(const std::string& text, int q_heads, int kv_heads) {
+  std::vector<PodCase> cases;
+  std::size_t begin = 0;
+  while (begin <= text.size() && !text.empty()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    begin = end + 1;
+    int chunk = 0, cached = 0, decodes = 0, ctx = 0, used = 0;
+    if (std::sscanf(item.c_str(), " %d @ %d + %d @ %d %n", &chunk, &cached, &decodes, &ctx,
+                    &used) != 4 ||
+        used != static_cast<int>(item.size())) {
+      return invalid_argument(fmt::format("--cases item '{}' is not C@X+D@Y", item));
+    }
+    if (chunk < 0 || chunk > kMaxChunk || cached < 0 || cached + chunk > kMaxCtx || decodes < 0 ||
+        decodes > kMaxDecodes || (decodes > 0 && (ctx < 1 || ctx > kMaxCtx)) ||
+        chunk + decodes == 0) {
+      return invalid_argument(fmt::format(
+          "--cases item '{}': needs 0 <= C <= {}, X + C <= {}, 0 <= D <= {}, 1 <= Y <= {} and C "
+          "+ D > 0",
+          item, kMaxChunk, kMaxCtx, kMaxDecodes, kMaxCtx));
+    }
+    PodCase c;
+    c.name = fmt::format("{}@{}+{}@{} {}/{}", chunk, cached, decodes, ctx, q_heads, kv_heads);
+    c.named = true;
+    c.q_heads = q_heads;
+    c.kv_heads = kv_heads;
+    c.chunk = chunk;
+    c.chunk_ctx = cached + chunk;
+    c.decodes = decodes;
+    c.decode_ctx = decodes > 0 ? ctx : 0;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 struct Args {
   std::string json_path;
   std::string case_filter;
+  std::string cases;  // --cases C@X+D@Y,...
+  int q_heads = 32;   // heads of the --cases cases
+  int kv_heads = 8;
+  bool plan_only = false;  // CPU planning time only (no GPU needed)
   std::string dtype = "fp16";
-  std::string ratio = "proportional";
+  std::string ratio = "auto";
+  bool no_fallback = false;  // PodOptions::serial_fallback = false
   int virtual_decode = 0;
   int prefill_splits = 0;
   int decode_splits = 0;
@@ -95,9 +140,9 @@ struct Args {
   bool named = true;
   bool strict_prefill_limit = false;
   std::string prefill_tile = "auto";
-  bool compare_ratio = false;            // also time POD with the other ratio policy
-  std::string planner_model = "hybrid";  // hybrid | tickets | lpt (PodOptions::planner_model)  //
-                                         // auto: wgmma where the GPU runs it; mma: mma.sync
+  bool compare_ratio = false;           // also time POD with the other ratio policy
+  std::string planner_model = "fluid";  // hybrid | tickets | lpt (PodOptions::planner_model)  //
+                                        // auto: wgmma where the GPU runs it; mma: mma.sync
   int min_iters = 10;
   int max_iters = 100;
   double target_ms = 150.0;
@@ -199,7 +244,7 @@ struct Bench {
     fill_random_device(b.v.data(), cache / elem, 22 + dims.num_kv_heads, dims.dtype == DType::bf16,
                        stream);
     const std::size_t qbytes =
-        static_cast<std::size_t>(2048 + kMaxDecodes) * dims.num_q_heads * dims.head_dim * elem;
+        static_cast<std::size_t>(kMaxChunk + kMaxDecodes) * dims.num_q_heads * dims.head_dim * elem;
     VPOD_ASSIGN_OR_RETURN(b.q, cuda::DeviceBuffer::allocate(qbytes));
     VPOD_ASSIGN_OR_RETURN(b.out_pod, cuda::DeviceBuffer::allocate(qbytes));
     VPOD_ASSIGN_OR_RETURN(b.out_serial, cuda::DeviceBuffer::allocate(qbytes));
@@ -226,25 +271,120 @@ struct Bench {
   }
 };
 
-Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t stream, Row& row) {
-  const AttentionDims& dims = b.dims;
-  const HybridBatch batch = make_batch(c);
-  const int tokens = batch.num_tokens();
-  const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
+Result<attention::PodOptions> pod_options(const Args& args, const attention::PodDevice& device) {
   attention::PodOptions options;
-  options.device = b.device;
-  VPOD_ASSIGN_OR_RETURN(options.ratio, attention::parse_pod_ratio(args.ratio));
+  options.device = device;
+  // auto: proportional unless the planner estimates the even policy faster.
+  options.choose_ratio = args.ratio == "auto";
+  VPOD_ASSIGN_OR_RETURN(options.ratio, attention::parse_pod_ratio(
+                                           options.choose_ratio ? "proportional" : args.ratio));
+  options.serial_fallback = !args.no_fallback;
   options.virtual_decode = args.virtual_decode;
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
   VPOD_ASSIGN_OR_RETURN(options.planner_model,
                         attention::parse_pod_planner_model(args.planner_model));
+  return options;
+}
+
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+// --plan-only: the host cost of planning one step (the engine plans once per
+// step, before the step's first kernel), in thread CPU time: PodPlan::create
+// in the chosen mode and AttentionPlan::create (the serial plan). Runs without
+// a GPU on an H200-like device (132 SMs, 2 CTAs per SM, wgmma prefill tile).
+int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) {
+  constexpr int kReps = 20;
+  std::vector<double> sweep_pod, sweep_serial;
+  fmt::print("vpod bench pod --plan-only: thread CPU time per plan (mean of {} plans)\n", kReps);
+  fmt::print("{:<34} {:>10} {:>10}  {}\n", "case", "POD us", "serial us", "POD plan");
+  for (const PodCase& c : cases) {
+    const AttentionDims dims{c.q_heads, c.kv_heads, 128, dtype};
+    attention::PodDevice device;
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
+      auto queried = attention::query_pod_device(dims, args.prefill_tile != "mma");
+      if (!queried.ok()) {
+        fmt::print(stderr, "vpod bench pod: {}\n", queried.status().to_string());
+        return 1;
+      }
+      device = *queried;
+    } else {
+      (void)cudaGetLastError();
+      device.num_sms = 132;
+      device.ctas_per_sm[1] = device.ctas_per_sm[2] = 2;
+      device.wgmma_prefill = args.prefill_tile != "mma";
+    }
+    auto options = pod_options(args, device);
+    if (!options.ok()) {
+      fmt::print(stderr, "vpod bench pod: {}\n", options.status().to_string());
+      return 2;
+    }
+    const HybridBatch batch = make_batch(c);
+    std::string plan_text;
+    double pod_us = 0, serial_us = 0;
+    for (int r = 0; r < kReps; ++r) {
+      const double t0 = thread_cpu_us();
+      auto plan = PodPlan::create(batch, dims, *options);
+      const double t1 = thread_cpu_us();
+      auto serial = AttentionPlan::create(batch, dims, {device.num_sms, 0, 0});
+      const double t2 = thread_cpu_us();
+      if (!plan.ok() || !serial.ok()) {
+        fmt::print(stderr, "vpod bench pod: {}: {}\n", c.name,
+                   (!plan.ok() ? plan.status() : serial.status()).to_string());
+        return 1;
+      }
+      pod_us += t1 - t0;
+      serial_us += t2 - t1;
+      const attention::PodConfig& pc = plan->config();
+      plan_text = pc.fused ? fmt::format("{}/{} {}+{}x{} {} (estimate {:.0f} us, serial {:.0f} us)",
+                                         pc.prefill_splits, pc.decode_splits, pc.prefill_ctas,
+                                         pc.decode_ctas, pc.virtual_decode,
+                                         attention::pod_ratio_name(pc.ratio), pc.estimate_us,
+                                         pc.serial_estimate_us)
+                           : fmt::format("serial fallback (estimate {:.0f} us, serial {:.0f} us)",
+                                         pc.estimate_us, pc.serial_estimate_us);
+    }
+    pod_us /= kReps;
+    serial_us /= kReps;
+    if (c.named || cases.size() <= 40) {
+      fmt::print("{:<34} {:>10.1f} {:>10.1f}  {}\n", c.name, pod_us, serial_us, plan_text);
+    }
+    if (!c.named) {
+      sweep_pod.push_back(pod_us);
+      sweep_serial.push_back(serial_us);
+    }
+  }
+  if (!sweep_pod.empty()) {
+    auto mean = [](const std::vector<double>& v) {
+      return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    };
+    fmt::print(
+        "sweep of {} cases: POD plan mean {:.1f} us, max {:.1f} us; serial plan mean {:.1f} us, "
+        "max {:.1f} us\n",
+        sweep_pod.size(), mean(sweep_pod), *std::max_element(sweep_pod.begin(), sweep_pod.end()),
+        mean(sweep_serial), *std::max_element(sweep_serial.begin(), sweep_serial.end()));
+  }
+  return 0;
+}
+
+Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t stream, Row& row) {
+  const AttentionDims& dims = b.dims;
+  const HybridBatch batch = make_batch(c);
+  const int tokens = batch.num_tokens();
+  const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
+  VPOD_ASSIGN_OR_RETURN(const attention::PodOptions options, pod_options(args, b.device));
   VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
   // The other ratio policy, planned for itself (the planner simulates the
   // policy, so its splits may differ) in its own buffers.
   attention::PodOptions other_options = options;
-  other_options.ratio = options.ratio == attention::PodRatio::even
+  other_options.choose_ratio = false;
+  other_options.ratio = pod_plan.config().ratio == attention::PodRatio::even
                             ? attention::PodRatio::proportional
                             : attention::PodRatio::even;
   VPOD_ASSIGN_OR_RETURN(PodPlan other_plan, PodPlan::create(batch, dims, other_options));
@@ -360,6 +500,23 @@ int run(const Args& args) {
     fmt::print(stderr, "vpod bench pod: {}\n", dtype.status().message());
     return 2;
   }
+  std::vector<PodCase> cases;
+  if (args.named) cases = named_cases();
+  {
+    auto custom = parse_cases(args.cases, args.q_heads, args.kv_heads);
+    if (!custom.ok()) {
+      fmt::print(stderr, "vpod bench pod: {}\n", custom.status().message());
+      return 2;
+    }
+    cases.insert(cases.end(), custom->begin(), custom->end());
+  }
+  for (const PodCase& c : sweep_cases(args.sweep, args.seed)) cases.push_back(c);
+  if (!args.case_filter.empty()) {
+    std::erase_if(cases, [&](const PodCase& c) {
+      return c.name.find(args.case_filter) == std::string::npos;
+    });
+  }
+  if (args.plan_only) return plan_only(args, cases, *dtype);
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
     fmt::print(stderr, "vpod bench pod: no CUDA GPU\n");
@@ -370,24 +527,21 @@ int run(const Args& args) {
     fmt::print(stderr, "vpod bench pod: {}\n", stream.status().to_string());
     return 1;
   }
-  std::vector<PodCase> cases;
-  if (args.named) cases = named_cases();
-  for (const PodCase& c : sweep_cases(args.sweep, args.seed)) cases.push_back(c);
   std::vector<Row> rows;
-  std::map<int, Bench> benches;  // by kv heads
+  std::map<std::pair<int, int>, Bench> benches;  // by query and KV heads
   for (const PodCase& c : cases) {
-    if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
-    if (!benches.count(c.kv_heads)) {
+    const std::pair<int, int> heads{c.q_heads, c.kv_heads};
+    if (!benches.count(heads)) {
       auto b = Bench::create({c.q_heads, c.kv_heads, 128, *dtype}, args.prefill_tile != "mma",
                              stream->get());
       if (!b.ok()) {
         fmt::print(stderr, "vpod bench pod: {}\n", b.status().to_string());
         return 1;
       }
-      benches.emplace(c.kv_heads, std::move(*b));
+      benches.emplace(heads, std::move(*b));
     }
     Row row;
-    const Status s = run_case(c, args, benches.at(c.kv_heads), stream->get(), row);
+    const Status s = run_case(c, args, benches.at(heads), stream->get(), row);
     if (!s.ok()) {
       fmt::print(stderr, "vpod bench pod: {}: {}\n", c.name, s.to_string());
       return 1;
@@ -410,7 +564,7 @@ int run(const Args& args) {
              "speedup", "bound ms", "POD/bnd", "plan (splits p/d, CTAs p+d)", "check");
   bool all_valid = true;
   std::vector<double> sweep_speedups, other_speedups;
-  int within = 0, sweep_n = 0;
+  int within = 0, sweep_n = 0, fallbacks = 0, even = 0;
   for (const Row& r : rows) {
     all_valid = all_valid && r.valid;
     const double speedup = r.serial_ms / r.pod_ms;
@@ -419,10 +573,15 @@ int run(const Args& args) {
       if (r.other_ratio_ms > 0) other_speedups.push_back(r.serial_ms / r.other_ratio_ms);
       ++sweep_n;
       within += r.pod_ms <= 1.25 * r.bound_ms;
+      fallbacks += !r.config.fused;
+      even += r.config.fused && r.config.ratio == attention::PodRatio::even;
     }
     const std::string plan =
-        fmt::format("{}/{} {}+{}x{}", r.config.prefill_splits, r.config.decode_splits,
-                    r.config.prefill_ctas, r.config.decode_ctas, r.config.virtual_decode);
+        r.config.fused
+            ? fmt::format("{}/{} {}+{}x{} {}", r.config.prefill_splits, r.config.decode_splits,
+                          r.config.prefill_ctas, r.config.decode_ctas, r.config.virtual_decode,
+                          r.config.ratio == attention::PodRatio::even ? "even" : "prop")
+            : std::string("serial fallback");
     if (r.c.named || rows.size() <= 40 || !r.valid) {
       fmt::print("{:<34} {:>9.4f} {:>9.4f} {:>7.3f}x {:>9.4f} {:>7.2f}x  {:<26} {}\n", r.c.name,
                  r.pod_ms, r.serial_ms, speedup, r.bound_ms, r.pod_ms / r.bound_ms, plan,
@@ -441,8 +600,10 @@ int run(const Args& args) {
         *std::min_element(sweep_speedups.begin(), sweep_speedups.end()),
         *std::max_element(sweep_speedups.begin(), sweep_speedups.end()), within, sweep_n,
         100.0 * within / sweep_n);
+    fmt::print("sweep plans: {} serial fallbacks, {} fused with ratio even, {} with proportional\n",
+               fallbacks, even, sweep_n - fallbacks - even);
   }
-  const char* other_ratio = args.ratio == "proportional" ? "even" : "proportional";
+  const char* other_ratio = "(the other policy than planned)";
   if (!other_speedups.empty()) {
     double mean = 0;
     for (double x : other_speedups) mean += x;
@@ -510,6 +671,9 @@ int run(const Args& args) {
                                 {"decode_ctas", r.config.decode_ctas},
                                 {"ctas_per_sm", r.config.ctas_per_sm},
                                 {"estimate_us", r.config.estimate_us},
+                                {"fused", r.config.fused},
+                                {"ratio", attention::pod_ratio_name(r.config.ratio)},
+                                {"serial_estimate_us", r.config.serial_estimate_us},
                                 {"prefill_beyond_limit", r.config.prefill_beyond_limit},
                                 {"plan", r.config.reason},
                                 {"serial_prefill_items", r.serial_prefill_items},
@@ -532,12 +696,27 @@ void add_pod_bench(CLI::App& bench) {
       "pod", "POD-Attention vs serial prefill+decode on hybrid batches: validate, time, roofline");
   cmd->add_option("--json", args->json_path, "write every case as JSON (for bench_pod_peers.py)");
   cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
+  cmd->add_option("--cases", args->cases,
+                  "extra cases C@X+D@Y,...: a prefill chunk of C tokens after X cached plus D "
+                  "decodes at context Y (the engine's hybrid steps)");
+  cmd->add_option("--q-heads", args->q_heads, "query heads of the --cases cases")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", args->kv_heads, "KV heads of the --cases cases")
+      ->capture_default_str();
+  cmd->add_flag("--plan-only", args->plan_only,
+                "only time the host planning of every case (thread CPU time; no GPU needed)");
   cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
-  cmd->add_option("--ratio", args->ratio, "proportional or even")->capture_default_str();
+  cmd->add_option("--ratio", args->ratio,
+                  "auto (the planner picks per batch), proportional or even")
+      ->check(CLI::IsMember({"auto", "proportional", "even"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-fallback", args->no_fallback,
+                "always run the fused kernel (no serial fallback when its estimate is slower)");
   cmd->add_option("--planner-model", args->planner_model,
-                  "POD planner's makespan model: hybrid, tickets (simulates the kernel's "
-                  "scheduling) or lpt (longest-first list schedule)")
-      ->check(CLI::IsMember({"hybrid", "tickets", "lpt"}))
+                  "POD planner's makespan model: fluid (default: ticket simulation with "
+                  "bandwidth-shared decodes, ratio choice, serial fallback), hybrid, tickets or "
+                  "lpt (earlier models)")
+      ->check(CLI::IsMember({"fluid", "hybrid", "tickets", "lpt"}))
       ->capture_default_str();
   cmd->add_flag("--compare-ratio", args->compare_ratio,
                 "also time POD with the other ratio policy (same plan) and summarize it");

@@ -474,6 +474,8 @@ PodOptions options_for(const AttentionDims& dims, int virtual_decode = 0,
   o.device = device_for(dims);
   o.virtual_decode = virtual_decode;
   o.ratio = ratio;
+  o.choose_ratio = false;     // the test's ratio
+  o.serial_fallback = false;  // the fused kernel (SerialFallbackRunsTheSerialKernels: the fallback)
   return o;
 }
 
@@ -626,6 +628,8 @@ TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
     options.device = device_for(dims, /*allow_wgmma=*/false);
     options.virtual_decode = 1 + pick(2);
     options.ratio = pick(2) ? PodRatio::even : PodRatio::proportional;
+    options.choose_ratio = false;
+    options.serial_fallback = false;
     if (pick(3) == 0) options.device.num_sms = 4 + pick(12);
     PodRun run(dims, layout, make_batch(prefills, decodes), options, rng);
     ASSERT_FALSE(run.plan().config().wgmma_prefill);
@@ -650,6 +654,42 @@ TEST(PodGpuTest, SmallBatchForSanitizer) {
     PodRun run(dims, KvLayout::paged16, batch, options, rng);
     EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::paged16, v)));
   }
+}
+
+// The serial fallback (the planner's choice where the fused kernel's
+// estimate does not beat the serial kernels', e.g. a batch of one kind):
+// pod() runs prefill() then decode() on attention.h's own plan, so the output
+// is the separate kernels' bit for bit, and the fused kernel's counters stay
+// zero. Also the fluid planner's own choices (ratio, fallback) on random
+// hybrid batches, checked like the sweep.
+TEST(PodGpuTest, SerialFallbackAndPlannerChoices) {
+  VPOD_REQUIRE_GPU();
+  std::mt19937_64 rng = fresh_rng("fallback");
+  const AttentionDims dims{32, 8, 128, DType::bf16};
+  for (const HybridBatch& batch :
+       {make_batch({}, std::vector<int>(24, 2000)), make_batch({{0, 200}}, {})}) {
+    PodOptions options = options_for(dims);
+    options.serial_fallback = true;
+    PodRun run(dims, KvLayout::all_layers, batch, options, rng);
+    EXPECT_FALSE(run.plan().config().fused) << run.plan().config().reason;
+    EXPECT_EQ(run.plan().config().grid, 0);
+    EXPECT_TRUE(check_batch(run, rng, "fallback " + describe(batch)));
+  }
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  int fused = 0;
+  // Small batches: the fp64 reference of 32 heads dominates the test's time
+  // (on the H200, 2026-11-30 14:37 UTC, 3 batches ~4x this size took ~35 s).
+  for (int b = 0; b < 8; ++b) {
+    const HybridBatch batch =
+        make_batch({{pick(1200), 1 + pick(300)}}, std::vector<int>(1 + pick(24), 1 + pick(2500)));
+    PodOptions options = options_for(dims);
+    options.serial_fallback = true;
+    options.choose_ratio = true;
+    PodRun run(dims, pick(2) ? KvLayout::paged16 : KvLayout::per_layer, batch, options, rng);
+    fused += run.plan().config().fused;
+    EXPECT_TRUE(check_batch(run, rng, "planner choice " + std::to_string(b)));
+  }
+  std::printf("[pod] planner choices: %d of 8 hybrid batches fused\n", fused);
 }
 
 TEST(PodGpuTest, EmptyBatchLaunchesNothing) {

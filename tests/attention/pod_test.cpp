@@ -38,6 +38,14 @@ PodOptions pod_options(PodDevice dev = h200()) {
   return o;
 }
 
+// The earlier hybrid model (list schedule unless the ticket simulation
+// predicts >= 15%): no ratio choice, no fallback.
+PodOptions hybrid_options(PodDevice dev = h200()) {
+  PodOptions o = pod_options(dev);
+  o.planner_model = PodPlannerModel::hybrid;
+  return o;
+}
+
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 double thread_cpu_ms() {
@@ -89,6 +97,11 @@ void expect_covers(const HybridBatch& batch, const AttentionDims& dims, const Po
     }
     EXPECT_EQ(at, batch.decodes[i].context_len());
   }
+  if (!cfg.fused) {  // the serial fallback: attention.h's own plan, no fused launch
+    EXPECT_EQ(cfg.grid, 0);
+    EXPECT_GE(cfg.estimate_us, cfg.serial_estimate_us);
+    return;
+  }
   const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
   EXPECT_EQ(cfg.prefill_ctas, static_cast<int>(ap.prefill_items().size()) * dims.num_q_heads);
   EXPECT_EQ(cfg.decode_tiles,
@@ -139,17 +152,27 @@ TEST(PodPlanTest, NamedCasesStayWithinTheLimits) {
     if (base_prefill >= 2 * 132) {
       EXPECT_EQ(cfg.prefill_splits, 1) << n.name;
     }
-    // Decode splits only until the decode CTAs fill one wave.
+    // Decode splits only while the decode CTAs stay within 4 waves (fluid).
     if (cfg.decode_splits > 1) {
       auto fewer = pod_options();
       fewer.decode_splits = cfg.decode_splits - 1;
       fewer.prefill_splits = cfg.prefill_splits;
       auto p2 = PodPlan::create(batch, dims, fewer);
       ASSERT_TRUE(p2.ok());
-      EXPECT_LT(p2->config().decode_ctas, 132 * 2) << n.name;
+      EXPECT_LT(p2->config().decode_ctas, 4 * 132 * 2) << n.name;
     }
     EXPECT_EQ(cfg.mode, AttentionMode::pod);
+    EXPECT_TRUE(cfg.fused) << n.name << ": " << cfg.reason;  // POD beats serial here
     EXPECT_GT(cfg.estimate_us, 0);
+    EXPECT_LT(cfg.estimate_us, cfg.serial_estimate_us) << n.name;
+    // The earlier hybrid model: decode splits only until one wave.
+    auto hybrid = PodPlan::create(batch, dims, hybrid_options()).value();
+    if (hybrid.config().decode_splits > 1) {
+      auto fewer = hybrid_options();
+      fewer.decode_splits = hybrid.config().decode_splits - 1;
+      fewer.prefill_splits = hybrid.config().prefill_splits;
+      EXPECT_LT(PodPlan::create(batch, dims, fewer)->config().decode_ctas, 132 * 2) << n.name;
+    }
   }
 }
 
@@ -165,6 +188,96 @@ TEST(PodPlanTest, NamedCasePlannerChoices) {
   EXPECT_EQ(p3.config().prefill_splits, 2);
   EXPECT_EQ(p3.config().prefill_ctas, 256);
   EXPECT_EQ(p3.config().decode_splits, 1);  // 1024 decode tiles already fill a wave
+}
+
+// The engine's hybrid steps on the 16K offline trace (one ~2030-token chunk +
+// 18 decodes at 16.4K, heads 32/8). The earlier hybrid model split the decodes
+// only up to one wave (144 or 288 decode CTAs of 128-257 key blocks, which
+// outlast everything) and the 2030@0 chunk 4 ways: measured on the H200
+// (2026-11-30 14:11 UTC) 0.88x / 1.04x / 1.15x of serial. With 3-8 decode
+// splits the same steps ran 1.16-1.20x. The fluid model sees the long decode
+// CTAs as the critical path and splits them; the 512 prefill CTAs already
+// fill two waves, so the chunk is not split.
+TEST(PodPlanTest, EngineHybridStepsSplitLongDecodes) {
+  const AttentionDims dims{32, 8, 128, DType::bf16};
+  for (int cached : {0, 8192, 14336}) {
+    const HybridBatch batch = make_batch({{cached, 2030}}, std::vector<int>(18, 16448));
+    auto plan = PodPlan::create(batch, dims, pod_options()).value();
+    const PodConfig& cfg = plan.config();
+    std::printf("[pod plan] 2030@%d + 18@16448: %s\n", cached, cfg.reason.c_str());
+    EXPECT_TRUE(cfg.fused);
+    EXPECT_EQ(cfg.prefill_splits, 1);
+    // Past the one-wave split where the decodes are the critical path; at
+    // 14336 cached the prefill is (1.4 ms), and 2 or 4 splits measured alike.
+    EXPECT_GE(cfg.decode_splits, cached < 14336 ? 3 : 2);
+    EXPECT_LE(cfg.decode_splits, 8);
+    EXPECT_LT(cfg.estimate_us, 0.95 * cfg.serial_estimate_us);
+    expect_covers(batch, dims, plan);
+  }
+}
+
+// The serial fallback: where the fused kernel's estimate does not beat the
+// serial kernels' (a batch of one kind: the same tiles either way), the plan
+// is attention.h's own and pod() runs prefill() then decode().
+TEST(PodPlanTest, SerialFallbackWhenFusedIsNotFaster) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  for (const HybridBatch& batch :
+       {make_batch({}, std::vector<int>(100, 5000)), make_batch({{1000, 700}}, {})}) {
+    auto plan = PodPlan::create(batch, dims, pod_options()).value();
+    const PodConfig& cfg = plan.config();
+    EXPECT_FALSE(cfg.fused) << cfg.reason;
+    EXPECT_EQ(cfg.mode, AttentionMode::pod);
+    EXPECT_EQ(cfg.grid, 0);
+    EXPECT_NE(cfg.reason.find("serial fallback"), std::string::npos);
+    EXPECT_GE(cfg.estimate_us, cfg.serial_estimate_us);
+    const auto own = AttentionPlan::create(batch, dims, {132, 0, 0}).value();
+    EXPECT_EQ(plan.attention().prefill_items().size(), own.prefill_items().size());
+    EXPECT_EQ(plan.attention().decode_items().size(), own.decode_items().size());
+    EXPECT_EQ(plan.attention().decode_kernel(), own.decode_kernel());
+    expect_covers(batch, dims, plan);
+    PodOptions always = pod_options();
+    always.serial_fallback = false;
+    auto fused = PodPlan::create(batch, dims, always).value();
+    EXPECT_TRUE(fused.config().fused);
+    EXPECT_GT(fused.config().grid, 0);
+    EXPECT_EQ(fused.config().serial_estimate_us, 0);
+  }
+  // A hybrid batch: the fused kernel overlaps the two kinds (no fallback).
+  auto hybrid = PodPlan::create(named_batch(kNamed[0]), dims, pod_options()).value();
+  EXPECT_TRUE(hybrid.config().fused);
+}
+
+// The ratio policy: with choose_ratio the planner takes the other policy only
+// for an estimated gain of >= 2%; without it the given one. Over random
+// hybrid batches both policies get picked.
+TEST(PodPlanTest, FluidChoosesTheRatioPolicy) {
+  const AttentionDims dims{32, 4, 128, DType::f16};
+  std::mt19937_64 rng(77);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int even = 0;
+  for (int b = 0; b < 60; ++b) {
+    const int chunk = pick(512, 2048);
+    const HybridBatch batch = make_batch({{pick(4096, 20480 - chunk), chunk}},
+                                         std::vector<int>(pick(8, 256), pick(4096, 20480)));
+    PodOptions fixed = pod_options();
+    fixed.choose_ratio = false;
+    fixed.serial_fallback = false;
+    PodOptions chosen = fixed;
+    chosen.choose_ratio = true;
+    auto by_fixed = PodPlan::create(batch, dims, fixed).value();
+    auto by_choice = PodPlan::create(batch, dims, chosen).value();
+    EXPECT_EQ(by_fixed.config().ratio, PodRatio::proportional);
+    if (by_choice.config().ratio == PodRatio::even) {
+      ++even;
+      EXPECT_LE(by_choice.config().estimate_us, 0.98 * by_fixed.config().estimate_us + 1e-6);
+    } else {
+      EXPECT_EQ(by_choice.config().estimate_us, by_fixed.config().estimate_us);
+    }
+    expect_covers(batch, dims, by_choice);
+  }
+  std::printf("[pod plan] ratio even chosen for %d of 60 random hybrid batches\n", even);
+  EXPECT_GT(even, 0);
+  EXPECT_LT(even, 60);
 }
 
 TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
@@ -185,6 +298,8 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     PodOptions o = pod_options();
     if (pick(3) == 0) o.device.num_sms = 1 + pick(64);
     o.virtual_decode = pick(3);
+    if (pick(4) == 0) o.planner_model = PodPlannerModel::hybrid;
+    o.serial_fallback = pick(4) != 0;
     // This thread's CPU time: what a step pays, whatever else loads the machine.
     const double t0 = thread_cpu_ms();
     auto plan = PodPlan::create(batch, dims, o);
@@ -199,7 +314,7 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     if (batch.decodes.empty()) {
       EXPECT_EQ(cfg.decode_ctas, 0);
     }
-    if (o.virtual_decode > 0) {
+    if (o.virtual_decode > 0 && cfg.fused) {
       EXPECT_EQ(cfg.virtual_decode, o.virtual_decode);
     }
     EXPECT_LE(cfg.prefill_splits, 8);
@@ -238,8 +353,10 @@ TEST(PodPlanTest, PrefillTileFollowsTheDevice) {
   const HybridBatch batch = make_batch({{2048, 2048}}, {});
   PodDevice mma = h200();
   mma.wgmma_prefill = false;
-  auto with_wgmma = PodPlan::create(batch, dims, pod_options()).value();
-  auto with_mma = PodPlan::create(batch, dims, pod_options(mma)).value();
+  PodOptions fused = pod_options(), fused_mma = pod_options(mma);
+  fused.serial_fallback = fused_mma.serial_fallback = false;  // one kind: would fall back
+  auto with_wgmma = PodPlan::create(batch, dims, fused).value();
+  auto with_mma = PodPlan::create(batch, dims, fused_mma).value();
   EXPECT_TRUE(with_wgmma.config().wgmma_prefill);
   EXPECT_FALSE(with_mma.config().wgmma_prefill);
   EXPECT_NE(with_wgmma.config().reason.find("wgmma"), std::string::npos);
@@ -285,7 +402,7 @@ TEST(PodPlanTest, TicketModelSplitsFewLongPrefillCtas) {
   tickets.planner_model = PodPlannerModel::tickets;
   auto list_plan = PodPlan::create(batch, dims, lpt).value();
   auto ticket_plan = PodPlan::create(batch, dims, tickets).value();
-  auto plan = PodPlan::create(batch, dims, pod_options()).value();  // hybrid
+  auto plan = PodPlan::create(batch, dims, hybrid_options()).value();
   std::printf("[pod plan] 628 @17846 + 64 @4256: %s\n", plan.config().reason.c_str());
   EXPECT_EQ(list_plan.config().prefill_splits, 1);
   EXPECT_GT(ticket_plan.config().prefill_splits, 1);
@@ -304,24 +421,27 @@ TEST(PodPlanTest, HybridKeepsTheListScheduleForSmallPredictedGains) {
     PodOptions lpt = pod_options();
     lpt.planner_model = PodPlannerModel::lpt;
     auto list_plan = PodPlan::create(named_batch(n), dims, lpt).value();
-    auto plan = PodPlan::create(named_batch(n), dims, pod_options()).value();
+    auto plan = PodPlan::create(named_batch(n), dims, hybrid_options()).value();
     EXPECT_EQ(plan.config().prefill_splits, list_plan.config().prefill_splits) << n.name;
     EXPECT_EQ(plan.config().decode_splits, list_plan.config().decode_splits) << n.name;
     EXPECT_NE(plan.config().reason.find("hybrid: list schedule"), std::string::npos) << n.name;
   }
   EXPECT_EQ(parse_pod_planner_model("hybrid").value(), PodPlannerModel::hybrid);
+  EXPECT_EQ(parse_pod_planner_model("fluid").value(), PodPlannerModel::fluid);
   EXPECT_EQ(parse_pod_planner_model("lpt").value(), PodPlannerModel::lpt);
   EXPECT_FALSE(parse_pod_planner_model("auto").ok());
 }
 
 TEST(PodPlanTest, ZeroTileCases) {
   const AttentionDims dims{32, 8, 128, DType::f16};
+  PodOptions fused = pod_options();
+  fused.serial_fallback = false;
   auto empty = PodPlan::create(make_batch({}, {}), dims, pod_options()).value();
   EXPECT_EQ(empty.config().grid, 0);
-  auto only_prefill = PodPlan::create(make_batch({{0, 300}}, {}), dims, pod_options()).value();
+  auto only_prefill = PodPlan::create(make_batch({{0, 300}}, {}), dims, fused).value();
   EXPECT_EQ(only_prefill.config().decode_ctas, 0);
   EXPECT_GT(only_prefill.config().prefill_ctas, 0);
-  auto only_decode = PodPlan::create(make_batch({}, {5}), dims, pod_options()).value();
+  auto only_decode = PodPlan::create(make_batch({}, {5}), dims, fused).value();
   EXPECT_EQ(only_decode.config().prefill_ctas, 0);
   EXPECT_EQ(only_decode.config().decode_tiles, 8);
 }
@@ -334,6 +454,8 @@ TEST(PodPlanTest, ForcedOptionsAreHonoured) {
   o.decode_splits = 5;
   o.virtual_decode = 1;
   o.ratio = PodRatio::even;
+  o.choose_ratio = false;
+  o.serial_fallback = false;
   auto plan = PodPlan::create(batch, dims, o).value();
   EXPECT_EQ(plan.config().prefill_splits, 3);
   EXPECT_EQ(plan.config().decode_splits, 5);

@@ -65,8 +65,12 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma =
 // policy). tickets: a simulation of the kernel's own schedule (per-SM tickets
 // and kind counters under the ratio policy, so it sees a few long prefill
 // CTAs starting late). hybrid (default): the list schedule's choice, unless
-// the simulation predicts its own choice >= 15% faster (docs/pod.md).
-enum class PodPlannerModel { hybrid, tickets, lpt };
+// the simulation predicts its own choice >= 15% faster (docs/pod.md). Only
+// fluid chooses the ratio policy and falls back to the serial kernels.
+// fluid (default): the ticket simulation with decode CTAs sharing the HBM
+// bandwidth (each at most a per-CTA rate), calibrated on the H200; it also
+// picks the ratio policy and estimates the serial kernels for the fallback.
+enum class PodPlannerModel { fluid, hybrid, tickets, lpt };
 Result<PodPlannerModel> parse_pod_planner_model(std::string_view name);
 
 struct PodOptions {
@@ -83,12 +87,23 @@ struct PodOptions {
   // false: never beyond max_prefill_ctas (the paper's rule as is).
   bool allow_beyond_prefill_limit = true;
   // How the planner estimates a configuration's makespan (PodPlannerModel).
-  PodPlannerModel planner_model = PodPlannerModel::hybrid;
+  PodPlannerModel planner_model = PodPlannerModel::fluid;
+  // fluid: the planner may take the other ratio policy than `ratio` when its
+  // estimate is >= 2% faster (false: `ratio` as given).
+  bool choose_ratio = true;
+  // fluid: when the fused kernel's estimate does not beat the serial kernels'
+  // (prefill() then decode() with attention.h's own plan), the plan runs
+  // those instead (PodConfig::fused = false), so POD is never planned slower
+  // than serial. false: always the fused kernel.
+  bool serial_fallback = true;
 };
 
 // What the planner chose for one step, and why.
 struct PodConfig {
   AttentionMode mode = AttentionMode::pod;
+  // Mode pod: true runs the fused kernel; false is the serial fallback (the
+  // plan is attention.h's own; pod() runs prefill() then decode()).
+  bool fused = true;
   PodRatio ratio = PodRatio::proportional;
   int virtual_decode = 1;
   bool wgmma_prefill = false;  // the device's prefill tile (PodDevice::wgmma_prefill)
@@ -104,6 +119,8 @@ struct PodConfig {
   // over the best plan within it (estimate_within_limit_us).
   bool prefill_beyond_limit = false;
   double estimate_within_limit_us = 0;
+  // fluid: the serial kernels' estimate (0 when not estimated).
+  double serial_estimate_us = 0;
   std::string reason;
 };
 
@@ -157,7 +174,8 @@ struct PodTrace {
 
 // The fused launch, plus a combine launch when the plan split prefill KV, or
 // split decode KV with two decode tiles per CTA (with one, the decode's last
-// split merges in the kernel). The plan must be in mode pod and uploaded to
+// split merges in the kernel). A serial-fallback plan (config().fused false)
+// runs prefill() then decode() instead. The plan must be in mode pod and uploaded to
 // `buffers` (the upload zeroes the decode merge counters; launches leave them
 // zero).
 Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
