@@ -155,7 +155,9 @@ class Backend {
                               StepTensors* out) = 0;
 
   // Plans the step's attention for the model's heads and uploads the plan
-  // (CUDA: once per step, before the layers, outside any graph capture);
+  // (CUDA: once per step, before the first layer's attention, outside any
+  // graph capture; the model calls it after enqueueing layer 0's QKV
+  // projection on eager steps, so the GPU works while the host plans);
   // every layer's attention() reuses it. The CPU backend needs no plan.
   virtual Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
                                 int head_dim) {
