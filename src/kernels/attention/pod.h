@@ -60,16 +60,16 @@ struct PodDevice {
 // (the variable that also sends the standalone prefill to mma.sync).
 Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma = true);
 
-// The planner's makespan model. lpt: a longest-first list schedule of all
-// CTAs on the CTA slots (assumes the longest start first, whatever the ratio
-// policy). tickets: a simulation of the kernel's own schedule (per-SM tickets
-// and kind counters under the ratio policy, so it sees a few long prefill
-// CTAs starting late). hybrid (default): the list schedule's choice, unless
-// the simulation predicts its own choice >= 15% faster (docs/pod.md). Only
-// fluid chooses the ratio policy and falls back to the serial kernels.
-// fluid (default): the ticket simulation with decode CTAs sharing the HBM
-// bandwidth (each at most a per-CTA rate), calibrated on the H200; it also
-// picks the ratio policy and estimates the serial kernels for the fallback.
+// The planner's makespan model (docs/pod.md). fluid (default): the ticket
+// simulation below with decode CTAs sharing the HBM bandwidth (each at most a
+// per-CTA rate), calibrated on the H200; the only model that also picks the
+// ratio policy and estimates the serial kernels for the fallback. lpt: a
+// longest-first list schedule of all CTAs on the CTA slots (assumes the
+// longest start first, whatever the ratio policy). tickets: a simulation of
+// the kernel's own schedule (per-SM tickets and kind counters under the ratio
+// policy, so it sees a few long prefill CTAs starting late). hybrid (the
+// earlier default): the list schedule's choice, unless the simulation
+// predicts its own choice >= 15% faster.
 enum class PodPlannerModel { fluid, hybrid, tickets, lpt };
 Result<PodPlannerModel> parse_pod_planner_model(std::string_view name);
 
