@@ -6,15 +6,13 @@
 // difference here is the orchestration's; the CUDA kernels are compared
 // bitwise with the separate kernels in the GPU tests.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <vector>
 
-#include "model/make_model.h"
 #include "model/model.h"
+#include "temp_model_dir.h"
 
 namespace vpod::model {
 namespace {
@@ -73,16 +71,10 @@ std::vector<std::vector<float>> small_steps(Model& m, Backend& backend) {
 
 TEST(DecodeFusion, CpuFusedStepsEqualUnfused) {
   for (const char* preset : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("vpod_fusion_" + std::string(preset) + std::to_string(::getpid()));
-    MakeModelOptions o;
-    o.out_dir = dir;
-    o.preset = preset;
-    o.seed = 9;
-    o.with_tokenizer = false;
-    ASSERT_TRUE(make_model(o).ok());
+    const testing::TempModelDir dir(preset, 9);
+    ASSERT_TRUE(dir.status().ok()) << dir.status().to_string();
     auto backend = make_cpu_backend(2);
-    auto model = Model::load(dir, *backend, {.max_num_tokens = 64, .max_num_sequences = 8});
+    auto model = Model::load(dir.path(), *backend, {.max_num_tokens = 64, .max_num_sequences = 8});
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     Model& m = **model;
     EXPECT_FALSE(backend->decode_tuning().fuse);  // off by default
@@ -103,7 +95,6 @@ TEST(DecodeFusion, CpuFusedStepsEqualUnfused) {
             << preset << " step " << i << " fuse_logits " << t.fuse_logits;
       }
     }
-    std::filesystem::remove_all(dir);
   }
 }
 

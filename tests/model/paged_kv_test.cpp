@@ -2,29 +2,21 @@
 // logits of the contiguous cache on the CPU backend: same fp32 math, only
 // the K/V addresses differ.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 
-#include "model/make_model.h"
 #include "model/model.h"
 #include "paged_support.h"
+#include "temp_model_dir.h"
 
 namespace vpod::model {
 namespace {
 
 TEST(PagedKv, CpuForwardMatchesContiguousCache) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("vpod_paged_" + std::to_string(::getpid()));
-  MakeModelOptions o;
-  o.out_dir = dir;
-  o.preset = "tiny";
-  o.seed = 4;
-  o.with_tokenizer = false;
-  ASSERT_TRUE(make_model(o).ok());
+  const testing::TempModelDir dir("tiny", 4);
+  ASSERT_TRUE(dir.status().ok()) << dir.status().to_string();
   auto backend = make_cpu_backend(2);
-  auto model = Model::load(dir, *backend, {.max_num_tokens = 256, .max_num_sequences = 8});
+  auto model = Model::load(dir.path(), *backend, {.max_num_tokens = 256, .max_num_sequences = 8});
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   Model& m = **model;
   auto contiguous = KvCacheBuffers::create(*backend, m.config(), m.kv_dtype(), 4, 128);
@@ -71,7 +63,6 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
   for (auto& v : short_views) v.max_blocks_per_slot = 2;  // 32 tokens per slot
   const auto steps = testing::paged_scenario(m.config().vocab_size);
   EXPECT_FALSE(m.forward(steps[0], std::span<const kvcache::PagedKvLayerView>(short_views)).ok());
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -7,17 +7,15 @@
 // backend behind a decorator that records the op sequence and can make
 // plan_attention fail.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
 #include "model/model.h"
+#include "temp_model_dir.h"
 
 namespace vpod::model {
 namespace {
@@ -157,24 +155,17 @@ HybridBatch decode_batch(int slot, int context) {
 class PlanOrder : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("vpod_plan_order_" + std::to_string(getpid()));
-    MakeModelOptions o;
-    o.out_dir = dir_;
-    o.preset = "tiny";
-    o.seed = 5;
-    o.with_tokenizer = false;
-    ASSERT_TRUE(make_model(o).ok());
+    ASSERT_TRUE(dir_.status().ok()) << dir_.status().to_string();
     auto backend = std::make_unique<RecordingBackend>(make_cpu_backend(2));
     backend_ = backend.get();
     owned_ = std::move(backend);
-    auto model = Model::load(dir_, *owned_, {.max_num_tokens = 32, .max_num_sequences = 4});
+    auto model = Model::load(dir_.path(), *owned_, {.max_num_tokens = 32, .max_num_sequences = 4});
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     model_ = std::move(model).value();
     auto kv = KvCacheBuffers::create(*owned_, model_->config(), model_->kv_dtype(), 2, 32);
     ASSERT_TRUE(kv.ok());
     kv_ = std::make_unique<KvCacheBuffers>(std::move(kv).value());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // The cache's bytes, every layer's K and V (host memory on the CPU backend).
   std::vector<unsigned char> cache_bytes() const {
@@ -190,7 +181,7 @@ class PlanOrder : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
+  const testing::TempModelDir dir_{"tiny", 5};
   std::unique_ptr<Backend> owned_;
   RecordingBackend* backend_ = nullptr;
   std::unique_ptr<Model> model_;
@@ -251,7 +242,8 @@ TEST_F(PlanOrder, APlanningFailureLeavesTheCacheUntouchedAndTheNextStepRuns) {
   const auto* p = static_cast<const float*>(again->data());
   const std::vector<float> got(p, p + again->numel());
   auto fresh_backend = make_cpu_backend(2);
-  auto fresh = Model::load(dir_, *fresh_backend, {.max_num_tokens = 32, .max_num_sequences = 4});
+  auto fresh =
+      Model::load(dir_.path(), *fresh_backend, {.max_num_tokens = 32, .max_num_sequences = 4});
   ASSERT_TRUE(fresh.ok());
   auto fresh_kv =
       KvCacheBuffers::create(*fresh_backend, (*fresh)->config(), (*fresh)->kv_dtype(), 2, 32);
