@@ -82,6 +82,24 @@ struct WgmmaOps;
 #ifdef VPOD_ATTENTION_HAVE_WGMMA
 template <>
 struct WgmmaOps<half> {
+  // S = Q K^T over the first k step: D = A B, the accumulators are outputs
+  // only (no dependence on what the registers held before).
+  static __device__ __forceinline__ void ss_n64_first(float (&d)[32], std::uint64_t desc_a,
+                                                      std::uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+          "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+          "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]),
+          "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]),
+          "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+        : "l"(desc_a), "l"(desc_b));
+  }
   // S = Q K^T: A and B K-major in shared memory.
   static __device__ __forceinline__ void ss_n64(float (&d)[32], std::uint64_t desc_a,
                                                 std::uint64_t desc_b, int scale_d) {
@@ -143,6 +161,24 @@ struct WgmmaOps<half> {
 
 template <>
 struct WgmmaOps<__nv_bfloat16> {
+  // S = Q K^T over the first k step: D = A B, the accumulators are outputs
+  // only (no dependence on what the registers held before).
+  static __device__ __forceinline__ void ss_n64_first(float (&d)[32], std::uint64_t desc_a,
+                                                      std::uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+          "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+          "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]),
+          "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]),
+          "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+        : "l"(desc_a), "l"(desc_b));
+  }
   // S = Q K^T: A and B K-major in shared memory.
   static __device__ __forceinline__ void ss_n64(float (&d)[32], std::uint64_t desc_a,
                                                 std::uint64_t desc_b, int scale_d) {
@@ -267,6 +303,84 @@ struct PrefillWgmmaTile {
     return mh * 64 + warp * 16 + lane / 4 + 8 * h;
   }
 
+  // Masks, then folds one m64 half's S block (64 keys) into that half's
+  // online softmax: rescales its O and running sum, and leaves P (exp2 of the
+  // scaled scores) in the A fragment layout of each 16-key k step.
+  static __device__ __forceinline__ void softmax_half(float (&s)[kSAcc], float (&o)[kOAcc],
+                                                      float (&row_max)[2], float (&row_sum)[2],
+                                                      std::uint32_t (&pa)[kPSteps][4], int mh,
+                                                      int key0, int causal_row0, int kv_end,
+                                                      float scale_log2, int warp, int lane) {
+    // Mask keys past the split's end and above the causal diagonal.
+    const int warp_row0 = mh * 64 + warp * 16;
+    if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > causal_row0 + warp_row0) {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp_row0 + lane / 4 + 8 * (e / 2);
+          const int key = key0 + j * 8 + (lane % 4) * 2 + (e & 1);
+          if (key >= kv_end || key > causal_row0 + row) s[4 * j + e] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax (see prefill_tile.cuh for the -inf guard).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float block_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      }
+      block_max = quad_max(block_max) * scale_log2;
+      const float new_max = fmaxf(row_max[h], block_max);
+      const float base = new_max == -INFINITY ? 0.f : new_max;
+      const float correction = exp2_approx(row_max[h] - base);
+      row_max[h] = new_max;
+      float sum = row_sum[h] * correction;
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d) {
+        o[4 * d + 2 * h] *= correction;
+        o[4 * d + 2 * h + 1] *= correction;
+      }
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -base));
+          s[4 * j + 2 * h + e] = pr;
+          sum += pr;
+        }
+      }
+      row_sum[h] = sum;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      pa[kk][0] = E::pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = E::pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = E::pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = E::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+  // Issues O += P V for one m64 half (the caller fences and commits).
+  static __device__ __forceinline__ void pv_half(float (&o)[kOAcc],
+                                                 const std::uint32_t (&pa)[kPSteps][4],
+                                                 std::uint64_t desc_v) {
+    using Ops = wgmma::WgmmaOps<T>;
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      const std::uint64_t b = desc_v + ((kk * 16 * 128) >> 4);
+      if constexpr (kHeadDim == 128) {
+        Ops::rs_n128(o, pa[kk], b, 1);
+      } else {
+        Ops::rs_n64(o, pa[kk], b, 1);
+      }
+    }
+  }
+#endif
+
   template <bool kPaged>
   static __device__ void run(const AttentionParams& p, const PrefillWorkItem& item, int q_head,
                              char* smem_raw, int tid, const WgmmaKnobs& knobs) {
@@ -329,6 +443,15 @@ struct PrefillWgmmaTile {
     const std::uint64_t desc_v = wgmma::make_desc(s_v, knobs.v_lbo, knobs.v_sbo);
     const int causal_row0 = seq.cached_len + item.q_begin;
 
+    // One key block, software-pipelined across the two m64 halves so that the
+    // tensor cores work while the warps run a softmax:
+    //   issue S0 = Q0 K^T, S1 = Q1 K^T | softmax(S0) while S1 runs |
+    //   issue O0 += P0 V | softmax(S1) while P0 V runs | issue O1 += P1 V.
+    // (Letting O1 += P1 V run on into the next block's S, with V in two
+    // buffers, makes ptxas serialize every wgmma of the loop: C7513.)
+    // A half's softmax touches only that half's S, O and row statistics, none
+    // of which an MMA still in flight writes (the waits below guarantee it).
+    std::uint32_t pa[2][kPSteps][4];  // P of a half, in the A fragment layout
     for (int block = block_end - 1; block >= block_min; --block) {
       cp_async_wait<0>();
       wgmma::fence_proxy_async();
@@ -336,7 +459,7 @@ struct PrefillWgmmaTile {
       load_keys<kPaged>(s_v, v_base, p.kv, seq.slot, kv_head, block * kBlockN, item.kv_end, tid);
       cp_async_commit();
 
-      // S = Q K^T: 128 rows (two m64 halves) x 64 keys.
+      // S = Q K^T: 128 rows (two m64 halves, one commit group each) x 64 keys.
       float s[2][kSAcc];
       wgmma::fence();
 #pragma unroll
@@ -345,75 +468,23 @@ struct PrefillWgmmaTile {
         for (int ks = 0; ks < kKSteps; ++ks) {
           const std::uint32_t a_off = (ks / 4) * kBlockM * 128 + mh * 64 * 128 + (ks % 4) * 32;
           const std::uint32_t b_off = (ks / 4) * kBlockN * 128 + (ks % 4) * 32;
-          Ops::ss_n64(s[mh], desc_q + (a_off >> 4), desc_k + (b_off >> 4), ks > 0 ? 1 : 0);
+          if (ks == 0) {
+            Ops::ss_n64_first(s[mh], desc_q + (a_off >> 4), desc_k + (b_off >> 4));
+          } else {
+            Ops::ss_n64(s[mh], desc_q + (a_off >> 4), desc_k + (b_off >> 4), 1);
+          }
         }
+        wgmma::commit();
       }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(s[0]);
-      wgmma::fence_operands(s[1]);
-
       const int key0 = block * kBlockN;
-#pragma unroll
-      for (int mh = 0; mh < 2; ++mh) {
-        // Mask keys past the split's end and above the causal diagonal.
-        const int warp_row0 = mh * 64 + warp * 16;
-        if (key0 + kBlockN > item.kv_end || key0 + kBlockN - 1 > causal_row0 + warp_row0) {
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int row = warp_row0 + lane / 4 + 8 * (e / 2);
-              const int key = key0 + j * 8 + (lane % 4) * 2 + (e & 1);
-              if (key >= item.kv_end || key > causal_row0 + row) s[mh][4 * j + e] = -INFINITY;
-            }
-          }
-        }
-        // Online softmax (see prefill_tile.cuh for the -inf guard).
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float block_max = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; ++j) {
-            block_max = fmaxf(block_max, fmaxf(s[mh][4 * j + 2 * h], s[mh][4 * j + 2 * h + 1]));
-          }
-          block_max = quad_max(block_max) * p.scale_log2;
-          const float new_max = fmaxf(row_max[mh][h], block_max);
-          const float base = new_max == -INFINITY ? 0.f : new_max;
-          const float correction = exp2_approx(row_max[mh][h] - base);
-          row_max[mh][h] = new_max;
-          float sum = row_sum[mh][h] * correction;
-#pragma unroll
-          for (int d = 0; d < kHeadDim / 8; ++d) {
-            o[mh][4 * d + 2 * h] *= correction;
-            o[mh][4 * d + 2 * h + 1] *= correction;
-          }
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pr = exp2_approx(fmaf(s[mh][4 * j + 2 * h + e], p.scale_log2, -base));
-              s[mh][4 * j + 2 * h + e] = pr;
-              sum += pr;
-            }
-          }
-          row_sum[mh][h] = sum;
-        }
-      }
 
-      // P in the A fragment layout of each 16-key k step.
-      std::uint32_t pa[2][kPSteps][4];
-#pragma unroll
-      for (int mh = 0; mh < 2; ++mh) {
-#pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk) {
-          pa[mh][kk][0] = E::pack(s[mh][8 * kk + 0], s[mh][8 * kk + 1]);
-          pa[mh][kk][1] = E::pack(s[mh][8 * kk + 2], s[mh][8 * kk + 3]);
-          pa[mh][kk][2] = E::pack(s[mh][8 * kk + 4], s[mh][8 * kk + 5]);
-          pa[mh][kk][3] = E::pack(s[mh][8 * kk + 6], s[mh][8 * kk + 7]);
-        }
-      }
+      wgmma::wait<1>();  // S0 done; S1 may still run
+      wgmma::fence_operands(s[0]);
+      softmax_half(s[0], o[0], row_max[0], row_sum[0], pa[0], 0, key0, causal_row0, item.kv_end,
+                   p.scale_log2, warp, lane);
 
+      wgmma::wait<0>();  // S1 done: no MMA reads K[block] any more
+      wgmma::fence_operands(s[1]);
       cp_async_wait<0>();
       wgmma::fence_proxy_async();
       __syncthreads();  // V[block] landed; every warp is done with K[block]
@@ -423,22 +494,16 @@ struct PrefillWgmmaTile {
         cp_async_commit();
       }
 
-      // O += P V.
+      // O0 += P0 V runs while the warps compute P1.
       wgmma::fence_operands(o[0]);
+      wgmma::fence();
+      pv_half(o[0], pa[0], desc_v);
+      wgmma::commit();
+      softmax_half(s[1], o[1], row_max[1], row_sum[1], pa[1], 1, key0, causal_row0, item.kv_end,
+                   p.scale_log2, warp, lane);
       wgmma::fence_operands(o[1]);
       wgmma::fence();
-#pragma unroll
-      for (int mh = 0; mh < 2; ++mh) {
-#pragma unroll
-        for (int kk = 0; kk < kPSteps; ++kk) {
-          const std::uint64_t b = desc_v + ((kk * 16 * 128) >> 4);
-          if constexpr (kHeadDim == 128) {
-            Ops::rs_n128(o[mh], pa[mh][kk], b, 1);
-          } else {
-            Ops::rs_n64(o[mh], pa[mh][kk], b, 1);
-          }
-        }
-      }
+      pv_half(o[1], pa[1], desc_v);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(o[0]);
