@@ -129,10 +129,12 @@ bool use_wgmma_prefill() {
 }
 
 // V's descriptor strides; VPOD_ATTENTION_WGMMA_VSWAP=1 swaps them (experiment).
+// VPOD_ATTENTION_WGMMA_LAZY=0 rescales O on every key block (comparison).
 inline WgmmaKnobs wgmma_knobs() {
   static const WgmmaKnobs knobs = [] {
     WgmmaKnobs k;
     if (env_is("VPOD_ATTENTION_WGMMA_VSWAP", "1")) std::swap(k.v_lbo, k.v_sbo);
+    if (env_is("VPOD_ATTENTION_WGMMA_LAZY", "0")) k.lazy_rescale = false;
     return k;
   }();
   return knobs;
