@@ -477,6 +477,13 @@ TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
             DecodeKernel::tile_deep);
   EXPECT_EQ(plan_for(few, h200(), {32, 8, 64, DType::f16}).decode_kernel(),
             DecodeKernel::tile_deep);
+  // Not for a plan that opts out (a paged KV cache): split on the tile kernel.
+  PlanOptions paged = h200();
+  paged.decode_deep = false;
+  const AttentionPlan no_deep = plan_for(few, paged);
+  EXPECT_EQ(no_deep.decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(no_deep.decode_items().size(), 32u);
+  EXPECT_EQ(no_deep.decode_cluster_size(), 2);
   // A smaller GPU (114 SMs): 128 units do not fit one per SM.
   PlanOptions small = h200();
   small.num_sms = 114;

@@ -102,6 +102,11 @@ struct PlanOptions {
   // false, or VPOD_ATTENTION_DECODE_MERGE= counters, keeps the arrival-counter merge through global
   // memory.
   bool decode_cluster_merge = true;
+  // Let the automatic plan pick DecodeKernel::tile_deep (16 x 16K). Its one
+  // CTA per SM stalls on a paged view's per-row block-table lookups (H200:
+  // 16 x 16K paged16 0.34 ms, paged256 0.27 ms, vs 0.28 / 0.24 ms for the
+  // split tile kernel): a plan for a paged KV cache should pass false.
+  bool decode_deep = true;
 };
 
 // Device memory a plan needs, owned by the caller and sized once for the
