@@ -212,12 +212,17 @@ float round_to(DType dtype, float x) {
                               : half_bits_to_float(float_to_half_bits(x));
 }
 
-// The decode kernel a plan runs on this device: "tile" or "heads", plus
-// "+cluster<S>" when its splits merge as clusters of S CTAs.
+// The decode kernel a plan runs on this device: "tile", "heads" or "deep",
+// plus "+cluster<S>" when its splits merge as clusters of S CTAs.
 std::string decode_kernel_name(const attention::AttentionPlan& plan) {
   const bool heads = plan.decode_kernel() == attention::DecodeKernel::heads;
-  const std::string name = heads ? "heads" : "tile";
   const attention::AttentionDims& dims = plan.dims();
+  if (plan.decode_kernel() == attention::DecodeKernel::tile_deep) {
+    return attention::detail::decode_deep_supported(dims.dtype, dims.head_dim)
+               ? "deep"
+               : "tile (deep unsupported)";
+  }
+  const std::string name = heads ? "heads" : "tile";
   if (plan.decode_cluster_size() > 0 &&
       (heads ? attention::detail::decode_heads_cluster_supported(dims.dtype, dims.head_dim)
              : attention::detail::decode_cluster_supported(dims.dtype, dims.head_dim))) {
@@ -239,6 +244,7 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   PlanOptions options{sm_count, args.prefill_splits, args.decode_splits};
   if (args.decode_kernel == "tile") options.decode_kernel = attention::DecodeKernel::tile;
   if (args.decode_kernel == "heads") options.decode_kernel = attention::DecodeKernel::heads;
+  if (args.decode_kernel == "deep") options.decode_kernel = attention::DecodeKernel::tile_deep;
   VPOD_ASSIGN_OR_RETURN(AttentionPlan plan, AttentionPlan::create(batch, dims, options));
   VPOD_ASSIGN_OR_RETURN(auto metadata, cuda::DeviceBuffer::allocate(plan.metadata_bytes()));
   VPOD_ASSIGN_OR_RETURN(auto workspace, cuda::DeviceBuffer::allocate(plan.workspace_bytes()));
@@ -651,8 +657,8 @@ void add_attention_bench(CLI::App& bench) {
                   "force KV splits per prefill tile (0: plan)");
   cmd->add_option("--decode-splits", args->decode_splits, "force KV splits per decode (0: plan)");
   cmd->add_option("--decode-kernel", args->decode_kernel,
-                  "auto (VPOD_ATTENTION_DECODE or the default), tile or heads")
-      ->check(CLI::IsMember({"auto", "tile", "heads"}))
+                  "auto (VPOD_ATTENTION_DECODE or the default), tile, heads or deep")
+      ->check(CLI::IsMember({"auto", "tile", "heads", "deep"}))
       ->capture_default_str();
   cmd->add_option("--decode-shape", args->decode_shapes,
                   "extra decode cases BATCHxCONTEXT (e.g. 128x4096), after the fixed ones");

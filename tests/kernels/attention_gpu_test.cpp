@@ -325,6 +325,13 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
       EXPECT_GE(prefill, kPrefillCtasPerSm);
       EXPECT_GE(decode, kDecodeCtasPerSm);
       EXPECT_GE(heads, kDecodeCtasPerSm);
+      if (detail::decode_deep_supported(dtype, d)) {
+        // The deep kernel: one CTA per SM, which its plan counts on.
+        const int deep = detail::decode_deep_ctas_per_sm(dtype, d).value();
+        std::printf("[attention] %s d%d: deep decode %d CTAs/SM\n", dtype_name(dtype).data(), d,
+                    deep);
+        EXPECT_EQ(deep, 1);
+      }
       if (detail::decode_cluster_supported(dtype, d)) {
         // Clusters of 2 (16 x 16K) must fill the SMs the planner counts on.
         for (int size : {2, 8}) {
@@ -491,6 +498,112 @@ TEST(AttentionGpuTest, ClusterMergedDecodeMatchesReference) {
       }
     }
   }
+}
+
+// The deep decode kernel (one CTA per SM, 6 or 8 pipeline stages) whatever
+// VPOD_ATTENTION_DECODE says: fresh random inputs, poisoned outputs (every
+// step runs twice, poisoned again in between), odd lengths 1 / 17 / 255 /
+// 4095 / 16385, groups 4 / 7 / 1 / 20 (two head chunks), fp16 / bf16, d64 /
+// d128, per-layer / all-layers; planned (unsplit) and forced splits (the
+// counter merge, counters reset); against the fp64 reference, paged ==
+// contiguous bit for bit, and == the tile kernel on the same items bit for
+// bit (the same arithmetic, only the pipeline depth differs). Unsplit batches
+// with more units than SMs run the streaming form (one CTA per SM walking
+// its units as one stream of key blocks): single-block units, odd lengths,
+// a graph replay. Then the batch the automatic plan gives the deep kernel
+// (16 decodes x 8 KV heads), with a graph replay.
+TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Shape {
+    int kv_heads, group;
+  };
+  const std::array<Shape, 4> shapes = {Shape{8, 4}, Shape{6, 7}, Shape{3, 1}, Shape{2, 20}};
+  // More (decode, KV head) units than SMs: 8 KV heads x (SMs / 8 + 3) decodes.
+  std::vector<int> stream_contexts;
+  for (int i = 0; i < num_sms() / 8 + 3; ++i) {
+    stream_contexts.push_back(std::array<int, 7>{1, 17, 255, 1000, 64, 65, 4095}[i % 7]);
+  }
+  int runs = 0;
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int d : {64, 128}) {
+      if (!detail::decode_deep_supported(dtype, d)) {
+        std::printf(
+            "[attention] %s d%d: deep decode unsupported here (shared memory); the "
+            "launcher runs the tile kernel\n",
+            dtype_name(dtype).data(), d);
+      }
+      // Two head shapes per (dtype, head_dim), then the streaming case.
+      for (int k = 0; k < 3; ++k) {
+        const bool streaming = k == 2;
+        const Shape shape = streaming ? Shape{8, 4} : shapes[(runs + k) % shapes.size()];
+        const HybridBatch decodes = streaming ? make_batch({}, stream_contexts)
+                                              : make_batch({}, {1, 17, 255, 4095, 16385, 1000});
+        const AttentionDims dims{shape.kv_heads * shape.group, shape.kv_heads, d, dtype};
+        const int splits = streaming ? 1 : std::array<int, 3>{0, 3, 2}[runs % 3];
+        const KvLayout layout = runs % 2 == 0 ? KvLayout::per_layer : KvLayout::all_layers;
+        const KvLayout paged = d == 64 ? KvLayout::paged16 : KvLayout::paged256;
+        ++runs;
+        PlanOptions options{num_sms(), 0, splits};
+        options.decode_kernel = DecodeKernel::tile_deep;
+        const AttentionPlan plan = AttentionPlan::create(decodes, dims, options).value();
+        ASSERT_EQ(plan.decode_kernel(), DecodeKernel::tile_deep);
+        ASSERT_EQ(plan.decode_cluster_size(), 0);
+        if (streaming) {
+          ASSERT_TRUE(plan.decode_combines().empty());
+          ASSERT_GT(plan.decode_items().size() * dims.num_kv_heads,
+                    static_cast<std::size_t>(num_sms()));
+        }
+        const std::uint64_t seed = rng();
+        std::mt19937_64 rng_a(seed), rng_b(seed);
+        HostKvCache contiguous(dims, layout, num_seqs(decodes), max_context(decodes), rng_a);
+        HostKvCache in_pages(dims, paged, num_seqs(decodes), max_context(decodes), rng_b);
+        rng_a.seed(seed);  // the same cached values, in different places
+        rng_b.seed(seed);
+        contiguous.fill_cached(decodes, rng_a);
+        in_pages.fill_cached(decodes, rng_b);
+        const StepInputs in = random_inputs(dims, decodes.num_tokens(), rng_a);
+        const float scale = 1.f / std::sqrt(static_cast<float>(d));
+        GpuAttention gpu_contiguous(contiguous), gpu_paged(in_pages);
+        const auto out = gpu_contiguous.step(decodes, in, options, scale, streaming);
+        const auto out_paged = gpu_paged.step(decodes, in, options, scale);
+        char label[96];
+        std::snprintf(label, sizeof label, "deep%s splits %d (%zu items)",
+                      streaming ? " stream" : "", splits, plan.decode_items().size());
+        compare_with_reference(contiguous, decodes, in, out, scale, rows_to_check(decodes, rng_a),
+                               label_of(dims, layout, label).c_str());
+        EXPECT_TRUE(out == out_paged) << label_of(dims, paged, label);
+        // The tile kernel on the same items (the plan's split count forced;
+        // even splits merge as a cluster, which gives the counters' bits).
+        int max_splits = 1;
+        for (const CombineItem& c : plan.decode_combines()) {
+          max_splits = std::max(max_splits, static_cast<int>(c.num_splits));
+        }
+        PlanOptions tile{num_sms(), 0, max_splits};
+        tile.decode_kernel = DecodeKernel::tile;
+        const AttentionPlan tile_plan = AttentionPlan::create(decodes, dims, tile).value();
+        ASSERT_EQ(tile_plan.decode_items().size(), plan.decode_items().size());
+        const auto out_tile = gpu_contiguous.step(decodes, in, tile, scale);
+        EXPECT_TRUE(out == out_tile) << label_of(dims, layout, label) << " vs the tile kernel";
+      }
+    }
+  }
+  // The automatic plan's batch shape (16 decodes x 8 KV heads on >= 128
+  // SMs: unsplit on the deep kernel), small contexts, odd lengths, graph replay.
+  std::vector<int> contexts(16, 1024);
+  contexts[0] = 1023;
+  contexts[5] = 17;
+  contexts[15] = 1025;
+  const HybridBatch few = make_batch({}, contexts);
+  const PlanOptions automatic{num_sms(), 0, 0};
+  const AttentionDims llama{32, 8, 128, DType::f16};
+  const AttentionPlan plan = AttentionPlan::create(few, llama, automatic).value();
+  if (num_sms() >= 128 && std::getenv("VPOD_ATTENTION_DECODE") == nullptr &&
+      std::getenv("VPOD_ATTENTION_DECODE_MERGE") == nullptr) {
+    EXPECT_EQ(plan.decode_kernel(), DecodeKernel::tile_deep);
+    EXPECT_EQ(plan.decode_items().size(), contexts.size());
+  }
+  run_and_check(llama, KvLayout::per_layer, few, automatic, rng, "deep planned", true);
 }
 
 TEST(AttentionGpuTest, WideGroupsUseSeveralHeadChunks) {

@@ -274,11 +274,13 @@ TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
   EXPECT_TRUE(wide.decode_combines().empty());
   // Heads would need two waves too (512 CTAs): tile.
   EXPECT_EQ(plan_for(256, 2048).decode_kernel(), DecodeKernel::tile);
-  // The tile grid fits one wave (unsplit, or 16 x 16K split in 2): tile.
+  // The tile grid fits one wave unsplit: tile.
   EXPECT_EQ(plan_for(32, 4096).decode_kernel(), DecodeKernel::tile);
+  // 16 x 16K: the tile kernel would split 128 units in 2 (256 CTAs); unsplit
+  // they fit one deep CTA per SM: the deep kernel (see PicksTheDeepKernel...).
   const AttentionPlan few = plan_for(16, 16384);
-  EXPECT_EQ(few.decode_kernel(), DecodeKernel::tile);
-  EXPECT_EQ(few.decode_items().size(), 32u);
+  EXPECT_EQ(few.decode_kernel(), DecodeKernel::tile_deep);
+  EXPECT_EQ(few.decode_items().size(), 16u);
   // Forced splits and explicit kernels are kept as asked.
   PlanOptions forced = h200();
   forced.decode_splits = 2;
@@ -321,9 +323,12 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
       EXPECT_EQ(items[i * s + s - 1].kv_end, context);
     }
   };
-  // 16 x 16K (the shape): 128 tile CTAs split in 2 -> clusters of 2.
+  // 16 x 16K on the tile kernel (the automatic plan runs it unsplit on the
+  // deep kernel): 128 tile CTAs split in 2 -> clusters of 2.
+  PlanOptions tile = h200();
+  tile.decode_kernel = DecodeKernel::tile;
   const HybridBatch few = make_batch({}, std::vector<int>(16, 16384));
-  const AttentionPlan few_plan = AttentionPlan::create(few, llama_dims(), h200()).value();
+  const AttentionPlan few_plan = AttentionPlan::create(few, llama_dims(), tile).value();
   EXPECT_EQ(few_plan.decode_kernel(), DecodeKernel::tile);
   EXPECT_EQ(few_plan.decode_cluster_size(), 2);
   expect_grouped(few_plan, few);
@@ -361,7 +366,7 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
       AttentionPlan::create(make_batch({}, {16384, 1000}), llama_dims(), {kH200Sms, 0, 4}).value();
   EXPECT_EQ(mixed.decode_items().size(), 5u);
   EXPECT_EQ(mixed.decode_cluster_size(), 0);
-  PlanOptions off = h200();
+  PlanOptions off = tile;
   off.decode_cluster_merge = false;
   const AttentionPlan counters = AttentionPlan::create(few, llama_dims(), off).value();
   EXPECT_EQ(counters.decode_cluster_size(), 0);
@@ -373,9 +378,116 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   EXPECT_EQ(AttentionPlan::create(odd, llama_dims(), heads)->decode_cluster_size(), 0);
   // Prefill chunks beside the decodes do not matter.
   const HybridBatch hybrid = make_batch({{100, 300}}, std::vector<int>(16, 16384));
-  const AttentionPlan hybrid_plan = AttentionPlan::create(hybrid, llama_dims(), h200()).value();
+  const AttentionPlan hybrid_plan = AttentionPlan::create(hybrid, llama_dims(), tile).value();
   EXPECT_EQ(hybrid_plan.decode_cluster_size(), 2);
   expect_plan_covers_batch(hybrid_plan, hybrid);
+}
+
+// The deep decode kernel (one CTA per SM, decode_deep.cu) replaces a split
+// tile plan when the unsplit decodes fit one CTA per SM and the estimate
+// (half a block per key block on num_sms slots, no merge) beats the split
+// tile plan; never the heads kernel's batches, never forced splits.
+TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
+  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
+      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
+    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
+  }
+  auto plan_for = [](const std::vector<int>& contexts, PlanOptions options = h200(),
+                     AttentionDims dims = llama_dims()) {
+    return AttentionPlan::create(make_batch({}, contexts), dims, options).value();
+  };
+  auto expect_unsplit = [](const AttentionPlan& plan, const std::vector<int>& contexts) {
+    ASSERT_EQ(plan.decode_items().size(), contexts.size());
+    EXPECT_TRUE(plan.decode_combines().empty());
+    EXPECT_EQ(plan.decode_cluster_size(), 0);
+    EXPECT_EQ(plan.workspace_bytes(), 0u);
+    for (const DecodeWorkItem& item : plan.decode_items()) {
+      EXPECT_EQ(item.kv_begin, 0);
+      EXPECT_EQ(item.kv_end, contexts[item.seq]);
+      EXPECT_EQ(item.partial_row, -1);
+    }
+  };
+  // 16 x 16K, 8 KV heads: 128 CTAs on 132 SMs.
+  const std::vector<int> few(16, 16384);
+  const AttentionPlan deep = plan_for(few);
+  EXPECT_EQ(deep.decode_kernel(), DecodeKernel::tile_deep);
+  EXPECT_EQ(deep.decode_ctas_per_item(), 8);
+  expect_unsplit(deep, few);
+  expect_plan_covers_batch(deep, make_batch({}, few));
+  // Odd, slightly unequal lengths, and short contexts: still unsplit on the
+  // deep kernel.
+  std::vector<int> odd(16, 16385);
+  odd[3] = 16000;
+  odd[7] = 16383;
+  odd[15] = 16255;
+  expect_unsplit(plan_for(odd), odd);
+  EXPECT_EQ(plan_for(odd).decode_kernel(), DecodeKernel::tile_deep);
+  const std::vector<int> short_ones(16, 1024);
+  EXPECT_EQ(plan_for(short_ones).decode_kernel(), DecodeKernel::tile_deep);
+  // Very unequal lengths (1, 255, 4095 beside 16K): the tile plan's finer
+  // splits fill the slots better (7 splits of 37 blocks: 760 CTAs in three
+  // nearly full waves), estimated faster than one long CTA per unit.
+  std::vector<int> uneven(16, 16385);
+  uneven[3] = 1;
+  uneven[7] = 4095;
+  uneven[15] = 255;
+  EXPECT_EQ(plan_for(uneven).decode_kernel(), DecodeKernel::tile);
+  // 17 x 16K: 136 units do not fit 132 SMs: the tile kernel, split.
+  const AttentionPlan over = plan_for(std::vector<int>(17, 16384));
+  EXPECT_EQ(over.decode_kernel(), DecodeKernel::tile);
+  EXPECT_GT(over.decode_items().size(), 17u);
+  // 4 x 16K: 32 units; splitting 8 ways on the tile kernel (256 CTAs) beats
+  // one long CTA per unit.
+  const AttentionPlan four = plan_for(std::vector<int>(4, 16384));
+  EXPECT_EQ(four.decode_kernel(), DecodeKernel::tile);
+  EXPECT_GE(four.decode_items().size(), 4u * 4u);
+  // One long decode among short ones: the long one must be split so that it
+  // does not outlast the rest (here on the heads kernel); not the deep kernel.
+  std::vector<int> skewed(12, 512);
+  skewed.push_back(65536);
+  EXPECT_NE(plan_for(skewed).decode_kernel(), DecodeKernel::tile_deep);
+  EXPECT_GT(plan_for(skewed).decode_items().size(), skewed.size());
+  // Unsplit already (32 x 4K: 256 CTAs fill the slots) or the heads kernel
+  // (64 x 8K): unchanged.
+  EXPECT_EQ(plan_for(std::vector<int>(32, 4096)).decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(plan_for(std::vector<int>(64, 8192)).decode_kernel(), DecodeKernel::heads);
+  // Forced splits or an explicit kernel are kept as asked.
+  PlanOptions two = h200();
+  two.decode_splits = 2;
+  const AttentionPlan forced = plan_for(few, two);
+  EXPECT_EQ(forced.decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(forced.decode_items().size(), 32u);
+  EXPECT_EQ(forced.decode_cluster_size(), 2);
+  // Asked for, the deep kernel plans its own splits (here: none) and never
+  // clusters; forced splits merge through the counters.
+  PlanOptions asked = h200();
+  asked.decode_kernel = DecodeKernel::tile_deep;
+  expect_unsplit(plan_for(few, asked), few);
+  asked.decode_splits = 2;
+  const AttentionPlan deep_split = plan_for(few, asked);
+  EXPECT_EQ(deep_split.decode_kernel(), DecodeKernel::tile_deep);
+  EXPECT_EQ(deep_split.decode_items().size(), 32u);
+  EXPECT_EQ(deep_split.decode_cluster_size(), 0);
+  EXPECT_EQ(deep_split.decode_combines().size(), 16u);
+  EXPECT_EQ(deep_split.decode_counter_count(), 16u * 8u);
+  expect_plan_covers_batch(deep_split, make_batch({}, few));
+  // Other head counts: units = KV heads x head chunks. 4 KV heads x 2 chunks
+  // (group 20) x 16 decodes = 128 units: deep; head_dim 64 too.
+  EXPECT_EQ(plan_for(few, h200(), {80, 4, 128, DType::bf16}).decode_kernel(),
+            DecodeKernel::tile_deep);
+  EXPECT_EQ(plan_for(few, h200(), {32, 8, 64, DType::f16}).decode_kernel(),
+            DecodeKernel::tile_deep);
+  // Not for a plan that opts out (a paged KV cache): split on the tile kernel.
+  PlanOptions paged = h200();
+  paged.decode_deep = false;
+  const AttentionPlan no_deep = plan_for(few, paged);
+  EXPECT_EQ(no_deep.decode_kernel(), DecodeKernel::tile);
+  EXPECT_EQ(no_deep.decode_items().size(), 32u);
+  EXPECT_EQ(no_deep.decode_cluster_size(), 2);
+  // A smaller GPU (114 SMs): 128 units do not fit one per SM.
+  PlanOptions small = h200();
+  small.num_sms = 114;
+  EXPECT_EQ(plan_for(few, small).decode_kernel(), DecodeKernel::tile);
 }
 
 TEST(AttentionPlanTest, UploadChecksTheBuffer) {

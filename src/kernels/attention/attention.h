@@ -73,12 +73,17 @@ struct PagedKvView {
 
 // The decode kernel a plan is cut for (docs/attention.md).
 enum class DecodeKernel {
-  // VPOD_ATTENTION_DECODE=tile|heads when set; else per batch: heads when the
-  // tile grid needs more than one wave of CTA slots and the heads grid fits
-  // in one, tile otherwise.
+  // VPOD_ATTENTION_DECODE=tile|heads|deep when set; else per batch: heads
+  // when the tile grid needs more than one wave of CTA slots and the heads
+  // grid fits in one; tile_deep when the tile plan splits, the unsplit
+  // decodes fit one CTA per SM and are estimated faster so; tile otherwise.
   automatic,
   tile,   // one CTA per (split, KV head, head chunk); its 4 warps share the keys
   heads,  // one CTA per (split, 4 KV heads / head chunks); one warp per head
+  // The tile kernel's CTAs at one per SM with a deeper K/V pipeline
+  // (decode_deep.cu): chosen for unsplit decodes that fit one CTA per SM
+  // where the tile kernel would have to split them (16 x 16K, 8 KV heads).
+  tile_deep,
 };
 
 // The most KV splits of one decode that the decode kernels merge as one
@@ -97,6 +102,11 @@ struct PlanOptions {
   // false, or VPOD_ATTENTION_DECODE_MERGE= counters, keeps the arrival-counter merge through global
   // memory.
   bool decode_cluster_merge = true;
+  // Let the automatic plan pick DecodeKernel::tile_deep (16 x 16K). Its one
+  // CTA per SM stalls on a paged view's per-row block-table lookups (H200:
+  // 16 x 16K paged16 0.34 ms, paged256 0.27 ms, vs 0.28 / 0.24 ms for the
+  // split tile kernel): a plan for a paged KV cache should pass false.
+  bool decode_deep = true;
 };
 
 // Device memory a plan needs, owned by the caller and sized once for the

@@ -132,7 +132,13 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
   }
   if (plan.decode_kernel() == DecodeKernel::heads) {
     VPOD_RETURN_IF_ERROR(detail::launch_decode_heads(p, dims.dtype, dims.head_dim, stream));
+  } else if (plan.decode_kernel() == DecodeKernel::tile_deep &&
+             detail::decode_deep_supported(dims.dtype, dims.head_dim)) {
+    VPOD_RETURN_IF_ERROR(detail::launch_decode_deep(p, dims.dtype, dims.head_dim,
+                                                    plan.decode_combines().empty(), stream));
   } else {
+    // The tile kernel; also a tile_deep plan where the device lacks the deep
+    // kernel's shared memory (the same items, two CTAs per SM).
     VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                              ? detail::launch_decode_f16(p, dims.head_dim, stream)
                              : detail::launch_decode_bf16(p, dims.head_dim, stream));

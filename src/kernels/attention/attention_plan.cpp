@@ -37,6 +37,17 @@ constexpr double kPrefillCtaOverheadBlocks = 1.0;
 constexpr double kPrefillCombineLaunchBlocks = 2.0;
 constexpr double kPrefillPartialBytesPerBlock = 16.0 * 1024 * 1024;
 constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
+// The cluster merge of even splits (decode_cluster.cu: two cluster barriers
+// and the split rows through distributed shared memory, no fence, atomic or
+// L2 round trip) measured 2.6-2.9 us cheaper than the counter merge on the
+// H200 (a 128-dim block is ~1.8 us of a CTA slot there): about half a block.
+constexpr double kDecodeClusterMergeOverheadBlocks128 = 0.5;
+// The deep decode kernel (decode_deep.cu) runs one CTA per SM: alone on its
+// SM, a CTA streams a key block in about half the time of a tile CTA that
+// shares the SM with another (decode is bound by HBM bandwidth per SM, not by
+// the CTA), so its blocks cost half in the tile kernel's slot time.
+constexpr int kDecodeDeepCtasPerSm = 1;
+constexpr double kDecodeDeepBlockCost = 0.5;
 // Above this many CTAs, wave quantization is a few percent and the makespan is
 // estimated from the total instead of simulated.
 constexpr std::size_t kMaxSimulatedCtas = 8192;
@@ -157,6 +168,7 @@ DecodeKernel resolve_decode_kernel(DecodeKernel requested) {
   static const DecodeKernel from_env = [] {
     const char* env = std::getenv("VPOD_ATTENTION_DECODE");
     if (env != nullptr && std::string_view(env) == "heads") return DecodeKernel::heads;
+    if (env != nullptr && std::string_view(env) == "deep") return DecodeKernel::tile_deep;
     return DecodeKernel::tile;
   }();
   return from_env;
@@ -294,13 +306,16 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   // ---- Decode: split every context into chunks of `chunk` key blocks. The
   // chunk is the one with the smallest estimated makespan of the decode grid
   // on num_sms * kDecodeCtasPerSm CTA slots, counting each CTA's fixed cost
-  // and the combine a split needs.
+  // and the merge a split needs (the counter merge, or the cheaper cluster
+  // merge where every decode gets the same 2..8 splits).
   // A heads CTA reads the keys of up to kDecodeHeadsPerCta units: its cost is
   // that many one-head blocks per key block, and there are that many times
-  // fewer CTAs.
+  // fewer CTAs. A deep CTA (one per SM) costs half a block per key block on
+  // num_sms slots and merges its splits (if any) through the counters.
   const int units = dims.num_kv_heads * plan.decode_head_chunks();
-  const int decode_slots = options.num_sms * kDecodeCtasPerSm;
   const double combine_overhead = kDecodeCombineOverheadBlocks128 * 128.0 / dims.head_dim;
+  const double cluster_overhead = kDecodeClusterMergeOverheadBlocks128 * 128.0 / dims.head_dim;
+  const bool cluster_merge = options.decode_cluster_merge && !cluster_merge_disabled_by_env();
   std::vector<int> decode_blocks;
   int max_blocks = 0;
   for (const BatchSequence& s : batch.decodes) {
@@ -308,16 +323,53 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
     max_blocks = std::max(max_blocks, decode_blocks.back());
   }
   auto splits_for = [&](int blocks, int chunk) { return ceil_div(blocks, chunk); };
-  // The chunk (key blocks per split) for one kernel, and its grid's CTAs.
+  // The splits every decode gets with `chunk` when they all get the same
+  // number of 2..kMaxDecodeClusterSize, else 0: the splits a cluster merges.
+  auto cluster_splits = [&](int chunk) {
+    int common = -1;
+    for (int blocks : decode_blocks) {
+      const int splits = splits_for(blocks, chunk);
+      common = common < 0 || common == splits ? splits : 0;
+    }
+    return common >= 2 && common <= kMaxDecodeClusterSize ? common : 0;
+  };
+  struct DecodeChoice {
+    int chunk = 0;
+    long long ctas = 0;
+    double time = 0.0;  // estimated makespan in key-block times of a tile CTA slot
+  };
+  // The chunk (key blocks per split) for one kernel, its grid's CTAs and estimate.
   auto choose_chunk = [&](DecodeKernel kernel) {
     const bool heads = kernel == DecodeKernel::heads;
+    const bool deep = kernel == DecodeKernel::tile_deep;
     const int ctas_per_item = heads ? ceil_div(units, kDecodeHeadsPerCta) : units;
     const int units_per_cta = heads ? std::min(kDecodeHeadsPerCta, units) : 1;
-    int best_chunk = std::max(max_blocks, 1);
+    const int slots = options.num_sms * (deep ? kDecodeDeepCtasPerSm : kDecodeCtasPerSm);
+    const double block_cost = deep ? kDecodeDeepBlockCost : 1.0;
+    auto estimate = [&](int chunk) {
+      std::vector<double> costs;
+      bool any_split = false;
+      for (int blocks : decode_blocks) {
+        const int splits = splits_for(blocks, chunk);
+        any_split = any_split || splits > 1;
+        const int per = ceil_div(blocks, splits);
+        for (int j = 0; j < splits; ++j) {
+          const int b = std::min(per, blocks - j * per);
+          for (int h = 0; h < ctas_per_item; ++h) {
+            costs.push_back(b * units_per_cta * block_cost + kDecodeCtaOverheadBlocks);
+          }
+        }
+      }
+      std::sort(costs.begin(), costs.end(), std::greater<double>());
+      const double merge = !any_split                                            ? 0.0
+                           : cluster_merge && !deep && cluster_splits(chunk) > 0 ? cluster_overhead
+                                                                                 : combine_overhead;
+      return estimate_makespan(costs, slots) + merge;
+    };
+    DecodeChoice best{std::max(max_blocks, 1), 0, -1.0};
     if (options.decode_splits > 0) {
-      best_chunk = std::max(1, ceil_div(max_blocks, options.decode_splits));
+      best.chunk = std::max(1, ceil_div(max_blocks, options.decode_splits));
     } else if (!decode_blocks.empty()) {
-      double best_time = -1.0;
       int last_chunk = -1;
       for (int n = 1; n <= kMaxDecodeSplits; ++n) {
         const int chunk = std::max(1, ceil_div(max_blocks, n));
@@ -327,58 +379,56 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
         for (int blocks : decode_blocks) ctas += splits_for(blocks, chunk);
         ctas *= ctas_per_item;
         // Beyond four waves a finer split only adds fixed costs (and planning time).
-        if (n > 1 && ctas > 4LL * decode_slots) break;
-        std::vector<double> costs;
-        bool any_split = false;
-        for (int blocks : decode_blocks) {
-          const int splits = splits_for(blocks, chunk);
-          any_split = any_split || splits > 1;
-          const int per = ceil_div(blocks, splits);
-          for (int j = 0; j < splits; ++j) {
-            const int b = std::min(per, blocks - j * per);
-            for (int h = 0; h < ctas_per_item; ++h) {
-              costs.push_back(b * units_per_cta + kDecodeCtaOverheadBlocks);
-            }
-          }
-        }
-        std::sort(costs.begin(), costs.end(), std::greater<double>());
-        const double time =
-            estimate_makespan(costs, decode_slots) + (any_split ? combine_overhead : 0.0);
-        if (best_time < 0.0 || time < best_time - 1e-9) {
-          best_time = time;
-          best_chunk = chunk;
+        if (n > 1 && ctas > 4LL * slots) break;
+        const double time = estimate(chunk);
+        if (best.time < 0.0 || time < best.time - 1e-9) {
+          best.time = time;
+          best.chunk = chunk;
         }
       }
     }
-    long long ctas = 0;
-    for (int blocks : decode_blocks) ctas += splits_for(blocks, best_chunk);
-    return std::pair<int, long long>{best_chunk, ctas * ctas_per_item};
+    if (best.time < 0.0 && !decode_blocks.empty()) best.time = estimate(best.chunk);
+    for (int blocks : decode_blocks) best.ctas += splits_for(blocks, best.chunk);
+    best.ctas *= ctas_per_item;
+    return best;
   };
-  auto [best_chunk, ctas] = choose_chunk(plan.decode_kernel_);
+  DecodeChoice choice = choose_chunk(plan.decode_kernel_);
   // Automatic: the heads kernel when the tile grid runs more than one wave of
   // CTA slots and the heads grid (4x fewer CTAs) fits in one; measured on the
   // H200: 64 x 8K 0.4697 vs 0.4730 ms, 128 x 4K 0.4759 vs 0.4847 ms (tile
   // unsplit, 1.9 and 3.9 waves); where heads would run two waves (256 x 2K:
   // 0.4825 vs 0.4791 ms) or the tile grid is one wave (32 x 4K, 16 x 16K
   // split in 2), the tile kernel is as fast or faster. See docs/attention.md.
-  if (automatic && options.decode_splits == 0 && ctas > decode_slots) {
-    const auto [heads_chunk, heads_ctas] = choose_chunk(DecodeKernel::heads);
-    if (heads_ctas <= decode_slots) {
+  const int decode_slots = options.num_sms * kDecodeCtasPerSm;
+  if (automatic && options.decode_splits == 0 && choice.ctas > decode_slots) {
+    const DecodeChoice heads = choose_chunk(DecodeKernel::heads);
+    if (heads.ctas <= decode_slots) {
       plan.decode_kernel_ = DecodeKernel::heads;
-      best_chunk = heads_chunk;
+      choice = heads;
     }
   }
+  // Automatic: the deep kernel when the tile plan splits the decodes but
+  // unsplit they fit one CTA per SM and are estimated faster so (no merge at
+  // all): 16 x 16K with 8 KV heads, 128 units on 132 SMs; measured on the
+  // H200 (2026-11-30 16:35 UTC): 0.2455 / 0.2460 ms against 0.2493 / 0.2488
+  // ms for the tile kernel split in 2 with the cluster merge. Not for a plan
+  // that opts out (PlanOptions::decode_deep: paged KV caches).
+  if (automatic && options.decode_deep && options.decode_splits == 0 &&
+      plan.decode_kernel_ == DecodeKernel::tile && choice.chunk < max_blocks) {
+    const DecodeChoice deep = choose_chunk(DecodeKernel::tile_deep);
+    if (deep.chunk >= max_blocks && deep.ctas <= options.num_sms * kDecodeDeepCtasPerSm &&
+        deep.time < choice.time - 1e-9) {
+      plan.decode_kernel_ = DecodeKernel::tile_deep;
+      choice = deep;
+    }
+  }
+  const int best_chunk = choice.chunk;
   // Cluster merge: every decode in the same number of splits,
   // 2..kMaxDecodeClusterSize (a cluster's CTAs share one launch's cluster
-  // shape), either kernel. Its items are grouped by decode, longest first.
-  int common_splits = -1;
-  for (int blocks : decode_blocks) {
-    const int splits = splits_for(blocks, best_chunk);
-    common_splits = common_splits < 0 || common_splits == splits ? splits : 0;
-  }
-  if (options.decode_cluster_merge && !cluster_merge_disabled_by_env() && common_splits >= 2 &&
-      common_splits <= kMaxDecodeClusterSize) {
-    plan.decode_cluster_size_ = common_splits;
+  // shape), tile or heads kernel. Its items are grouped by decode, longest
+  // first.
+  if (cluster_merge && plan.decode_kernel_ != DecodeKernel::tile_deep) {
+    plan.decode_cluster_size_ = cluster_splits(best_chunk);
   }
   std::vector<int> decode_order(batch.decodes.size());
   for (int i = 0; i < static_cast<int>(decode_order.size()); ++i) decode_order[i] = i;

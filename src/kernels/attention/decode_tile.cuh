@@ -3,7 +3,9 @@
 // each K/V byte is read once per group. A device function for 128 threads and
 // DecodeTile::kSmemBytes of shared memory (the decode kernel and POD call it).
 //
-// Keys stream through a kStages-deep cp.async pipeline in blocks of 64; warp
+// Keys stream through a kStages-deep cp.async pipeline (3 stages, two CTAs per
+// SM; the deep decode kernel, decode_deep.cu, instantiates more stages for one
+// CTA per SM) in blocks of 64; warp
 // w takes keys [16w, 16w+16) of each block and keeps its own online softmax
 // (S = Q K^T and O += P V on mma.sync, Q held in registers). At the end the
 // four warps' partial results are merged through shared memory.
@@ -16,14 +18,15 @@
 
 namespace vpod::attention::device {
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kPipelineStages = 3>
 struct DecodeTile {
   static constexpr int kRows = kDecodeRows;  // 16 query heads
   static constexpr int kBlockN = kDecodeBlockN;
   static constexpr int kThreads = kAttentionThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kWarpKeys = kBlockN / kWarps;  // 16
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kPipelineStages;
+  static_assert(kStages >= 2 && kStages <= 8, "cp.async groups in flight: 1..7");
   static constexpr int kKSteps = kHeadDim / 16;
   static constexpr int kDAtoms = kHeadDim / 8;
   static constexpr int kSmemQ = kRows * kHeadDim * 2;
