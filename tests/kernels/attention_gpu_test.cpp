@@ -507,23 +507,15 @@ TEST(AttentionGpuTest, ClusterMergedDecodeMatchesReference) {
 // d128, per-layer / all-layers; planned (unsplit) and forced splits (the
 // counter merge, counters reset); against the fp64 reference, paged ==
 // contiguous bit for bit, and == the tile kernel on the same items bit for
-// bit (the same arithmetic, only the pipeline depth differs). Unsplit batches
-// with more units than SMs run the streaming form (one CTA per SM walking
-// its units as one stream of key blocks): single-block units, odd lengths,
-// a graph replay. Then the batch the automatic plan gives the deep kernel
-// (16 decodes x 8 KV heads), with a graph replay.
+// bit (the same arithmetic, only the pipeline depth differs). Then the batch
+// the automatic plan gives it (16 decodes x 8 KV heads) with a graph replay.
 TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
   VPOD_REQUIRE_GPU();
   auto rng = fresh_rng();
+  const HybridBatch decodes = make_batch({}, {1, 17, 255, 4095, 16385, 1000});
   struct Shape {
     int kv_heads, group;
   };
-  const std::array<Shape, 4> shapes = {Shape{8, 4}, Shape{6, 7}, Shape{3, 1}, Shape{2, 20}};
-  // More (decode, KV head) units than SMs: 8 KV heads x (SMs / 8 + 3) decodes.
-  std::vector<int> stream_contexts;
-  for (int i = 0; i < num_sms() / 8 + 3; ++i) {
-    stream_contexts.push_back(std::array<int, 7>{1, 17, 255, 1000, 64, 65, 4095}[i % 7]);
-  }
   int runs = 0;
   for (DType dtype : {DType::f16, DType::bf16}) {
     for (int d : {64, 128}) {
@@ -533,14 +525,9 @@ TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
             "launcher runs the tile kernel\n",
             dtype_name(dtype).data(), d);
       }
-      // Two head shapes per (dtype, head_dim), then the streaming case.
-      for (int k = 0; k < 3; ++k) {
-        const bool streaming = k == 2;
-        const Shape shape = streaming ? Shape{8, 4} : shapes[(runs + k) % shapes.size()];
-        const HybridBatch decodes = streaming ? make_batch({}, stream_contexts)
-                                              : make_batch({}, {1, 17, 255, 4095, 16385, 1000});
+      for (Shape shape : {Shape{8, 4}, Shape{6, 7}, Shape{3, 1}, Shape{2, 20}}) {
         const AttentionDims dims{shape.kv_heads * shape.group, shape.kv_heads, d, dtype};
-        const int splits = streaming ? 1 : std::array<int, 3>{0, 3, 2}[runs % 3];
+        const int splits = std::array<int, 3>{0, 3, 2}[runs % 3];
         const KvLayout layout = runs % 2 == 0 ? KvLayout::per_layer : KvLayout::all_layers;
         const KvLayout paged = d == 64 ? KvLayout::paged16 : KvLayout::paged256;
         ++runs;
@@ -549,11 +536,6 @@ TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
         const AttentionPlan plan = AttentionPlan::create(decodes, dims, options).value();
         ASSERT_EQ(plan.decode_kernel(), DecodeKernel::tile_deep);
         ASSERT_EQ(plan.decode_cluster_size(), 0);
-        if (streaming) {
-          ASSERT_TRUE(plan.decode_combines().empty());
-          ASSERT_GT(plan.decode_items().size() * dims.num_kv_heads,
-                    static_cast<std::size_t>(num_sms()));
-        }
         const std::uint64_t seed = rng();
         std::mt19937_64 rng_a(seed), rng_b(seed);
         HostKvCache contiguous(dims, layout, num_seqs(decodes), max_context(decodes), rng_a);
@@ -565,11 +547,11 @@ TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
         const StepInputs in = random_inputs(dims, decodes.num_tokens(), rng_a);
         const float scale = 1.f / std::sqrt(static_cast<float>(d));
         GpuAttention gpu_contiguous(contiguous), gpu_paged(in_pages);
-        const auto out = gpu_contiguous.step(decodes, in, options, scale, streaming);
+        const auto out = gpu_contiguous.step(decodes, in, options, scale);
         const auto out_paged = gpu_paged.step(decodes, in, options, scale);
         char label[96];
-        std::snprintf(label, sizeof label, "deep%s splits %d (%zu items)",
-                      streaming ? " stream" : "", splits, plan.decode_items().size());
+        std::snprintf(label, sizeof label, "deep splits %d (%zu items)", splits,
+                      plan.decode_items().size());
         compare_with_reference(contiguous, decodes, in, out, scale, rows_to_check(decodes, rng_a),
                                label_of(dims, layout, label).c_str());
         EXPECT_TRUE(out == out_paged) << label_of(dims, paged, label);

@@ -38,10 +38,8 @@ bool decode_cluster_supported(DType dtype, int head_dim);
 // Clusters of `cluster_size` CTAs of the cluster kernel that fit on the device at once.
 Result<int> decode_cluster_max_active(DType dtype, int head_dim, int cluster_size);
 // The deep tile decode kernel (decode_deep.cu): grid as launch_decode, one
-// CTA per SM with a 6-stage (head_dim 128) or 8-stage (64) K/V pipeline. An
-// `unsplit` plan (no decode combines) with more units (items x KV heads x
-// head chunks) than SMs runs as one streaming CTA per SM instead.
-Status launch_decode_deep(const AttentionParams& params, DType dtype, int head_dim, bool unsplit,
+// CTA per SM with a 6-stage (head_dim 128) or 8-stage (64) K/V pipeline.
+Status launch_decode_deep(const AttentionParams& params, DType dtype, int head_dim,
                           cudaStream_t stream);
 // Whether the device gives the deep kernel its shared memory (not an sm_80 for head_dim 128).
 bool decode_deep_supported(DType dtype, int head_dim);

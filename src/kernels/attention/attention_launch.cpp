@@ -134,8 +134,7 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
     VPOD_RETURN_IF_ERROR(detail::launch_decode_heads(p, dims.dtype, dims.head_dim, stream));
   } else if (plan.decode_kernel() == DecodeKernel::tile_deep &&
              detail::decode_deep_supported(dims.dtype, dims.head_dim)) {
-    VPOD_RETURN_IF_ERROR(detail::launch_decode_deep(p, dims.dtype, dims.head_dim,
-                                                    plan.decode_combines().empty(), stream));
+    VPOD_RETURN_IF_ERROR(detail::launch_decode_deep(p, dims.dtype, dims.head_dim, stream));
   } else {
     // The tile kernel; also a tile_deep plan where the device lacks the deep
     // kernel's shared memory (the same items, two CTAs per SM).
