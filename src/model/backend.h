@@ -158,10 +158,12 @@ class Backend {
   // (CUDA: once per step, before the first layer's attention, outside any
   // graph capture; the model calls it after enqueueing layer 0's QKV
   // projection on eager steps, so the GPU works while the host plans);
-  // every layer's attention() reuses it. The CPU backend needs no plan.
+  // every layer's attention() reuses it. `paged_kv`: the step's attention
+  // reads a paged cache (the plan then leaves out kernels that only pay off
+  // on contiguous K/V). The CPU backend needs no plan.
   virtual Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                                int head_dim) {
-    (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim;
+                                int head_dim, bool paged_kv) {
+    (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim, (void)paged_kv;
     return {};
   }
 

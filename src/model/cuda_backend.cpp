@@ -171,8 +171,8 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                        int head_dim) override {
+  Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
+                        bool paged_kv) override {
     plan_valid_ = false;
     plan_.reset();
     pod_plan_.reset();
@@ -190,10 +190,12 @@ class CudaBackend final : public Backend {
       attention::PodOptions pod_options;
       pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
       pod_options.device = *pod_device_;
+      pod_options.decode_deep = !paged_kv;
       VPOD_ASSIGN_OR_RETURN(pod_plan_, attention::PodPlan::create(*step.batch, dims, pod_options));
     } else {
       VPOD_ASSIGN_OR_RETURN(
-          plan_, attention::AttentionPlan::create(*step.batch, dims, {.num_sms = gpu_.sm_count}));
+          plan_, attention::AttentionPlan::create(
+                     *step.batch, dims, {.num_sms = gpu_.sm_count, .decode_deep = !paged_kv}));
     }
     const attention::AttentionPlan& plan = this->plan();
     if (plan.metadata_bytes() > attn_meta_.bytes() ||
@@ -492,7 +494,7 @@ class CudaBackend final : public Backend {
       // which must not happen inside a graph capture.
       VPOD_CHECK(!capture_.has_value());
       VPOD_RETURN_IF_ERROR(plan_attention(step, static_cast<int>(q.size(1)), kv.num_kv_heads,
-                                          static_cast<int>(q.size(2))));
+                                          static_cast<int>(q.size(2)), blocks.paged()));
     }
     if (blocks.paged()) {
       attention::PagedKvView paged;

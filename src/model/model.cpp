@@ -357,7 +357,8 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
   // the capture replays the uploaded plan.
   const bool plan_late = !graphable && !backend_.fused_decode(num_tokens, c.hidden_size);
   if (!plan_late) {
-    VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
+    VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim,
+                                                 /*paged_kv=*/!blocks.empty()));
   }
   StepGraph graph = StepGraph::eager;
   if (graphable) {
@@ -484,7 +485,8 @@ Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
     }
     b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
     if (l == 0 && plan_late) {
-      VPOD_RETURN_IF_ERROR(b.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim));
+      VPOD_RETURN_IF_ERROR(b.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim,
+                                            /*paged_kv=*/!blocks.empty()));
     }
     attention_to_delta(w, l);
     b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);

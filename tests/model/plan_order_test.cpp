@@ -51,11 +51,11 @@ class RecordingBackend final : public Backend {
     ops.push_back("prepare_step");
     return inner_->prepare_step(arrays, batch, out);
   }
-  Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                        int head_dim) override {
+  Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
+                        bool paged_kv) override {
     ops.push_back("plan_attention");
     if (fail_plan) return resource_exhausted("planning failed on purpose (test)");
-    return inner_->plan_attention(step, num_q_heads, num_kv_heads, head_dim);
+    return inner_->plan_attention(step, num_q_heads, num_kv_heads, head_dim, paged_kv);
   }
   Result<StepGraph> try_step_graph(std::uint64_t caller_key) override {
     return inner_->try_step_graph(caller_key);

@@ -96,6 +96,9 @@ struct PodOptions {
   // those instead (PodConfig::fused = false), so POD is never planned slower
   // than serial. false: always the fused kernel.
   bool serial_fallback = true;
+  // The serial plans (mode serial, the fallback) may pick the deep decode
+  // kernel (PlanOptions::decode_deep); false for a paged KV cache.
+  bool decode_deep = true;
 };
 
 // What the planner chose for one step, and why.

@@ -432,10 +432,12 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
   config.mode = options.mode;
   config.ratio = options.ratio;
   if (options.mode == AttentionMode::serial) {
-    VPOD_ASSIGN_OR_RETURN(
-        AttentionPlan plan,
-        AttentionPlan::create(batch, dims,
-                              {dev.num_sms, options.prefill_splits, options.decode_splits}));
+    VPOD_ASSIGN_OR_RETURN(AttentionPlan plan,
+                          AttentionPlan::create(batch, dims,
+                                                {.num_sms = dev.num_sms,
+                                                 .prefill_splits = options.prefill_splits,
+                                                 .decode_splits = options.decode_splits,
+                                                 .decode_deep = options.decode_deep}));
     config.reason = "serial: prefill and decode kernels with the attention planner's splits";
     return PodPlan(std::move(plan), std::move(config));
   }
@@ -709,8 +711,10 @@ Result<PodPlan> PodPlan::create(const HybridBatch& batch, const AttentionDims& d
   config.serial_estimate_us = serial_us;
   if (serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
-    VPOD_ASSIGN_OR_RETURN(AttentionPlan plan,
-                          AttentionPlan::create(batch, dims, {dev.num_sms, 0, 0}));
+    VPOD_ASSIGN_OR_RETURN(
+        AttentionPlan plan,
+        AttentionPlan::create(batch, dims,
+                              {.num_sms = dev.num_sms, .decode_deep = options.decode_deep}));
     config.fused = false;
     config.wgmma_prefill = dev.wgmma_prefill;  // the standalone prefill's tile too
     config.estimate_us = best.us;
