@@ -123,6 +123,15 @@ Status KvCache::init() {
 }
 
 KvCache::~KvCache() {
+  {
+    std::lock_guard lock(state_mutex_);
+    VPOD_LOG_DEBUG(
+        "KV cache: {} pages mapped ({} by the mapper, {} pre-mapped for {} acquisitions), "
+        "{} reclaimed; {} waits for growth, {:.3f} s",
+        counters_.pages_mapped_total, counters_.mapper_pages, prewarm_counters_.pages,
+        prewarm_counters_.hits, counters_.pages_reclaimed, counters_.wait_calls,
+        counters_.wait_seconds);
+  }
   if (mapper_.joinable()) {
     {
       std::lock_guard lock(queue_mutex_);
