@@ -40,6 +40,16 @@ class KvCapacity {
   // step's growth in the background.
   virtual Status prepare(const HybridBatch& batch) = 0;
 
+  // A hint, given after each schedule(): the next admission will likely be a
+  // request of `num_tokens` tokens whose first prefill chunk has up to
+  // `first_chunk_tokens` (0: nobody waits). A cache may prepare for it while
+  // the step runs (vAttention maps a free slot's first pages from free memory
+  // in the background); it changes no reservation. Default: ignored.
+  virtual void expect_admission(int num_tokens, int first_chunk_tokens) {
+    (void)num_tokens;
+    (void)first_chunk_tokens;
+  }
+
   // Fraction of the KV memory reserved, in [0, 1] (the usage gauge).
   virtual double usage() const = 0;
 };

@@ -14,9 +14,12 @@ KvGeometry vattn_geometry(kvcache::KvCache& cache) {
   g.units_for_tokens = [&cache](std::int64_t tokens) { return cache.pages_for_tokens(tokens); };
   if (cache.config().reclaim == kvcache::ReclaimPolicy::deferred)
     g.held_units = [&cache](int slot) { return cache.slot_depth(slot); };
-  if (cache.config().growth == kvcache::GrowthMode::background &&
-      cache.config().lookahead_tokens > 0)
-    g.before_acquire = [&cache] { cache.drain(); };
+  if (cache.config().growth == kvcache::GrowthMode::background) {
+    g.before_acquire = [&cache] { cache.settle_prewarm(); };
+    g.expect_acquire = [&cache](std::int64_t expected, std::int64_t first) {
+      cache.expect_acquire(expected, first);
+    };
+  }
   return g;
 }
 
@@ -50,6 +53,7 @@ std::int64_t KvStoreCapacity::promise_units(std::int64_t tokens) const {
 
 bool KvStoreCapacity::can_allocate(int num_tokens) const {
   if (num_tokens > store_.max_ctx() || store_.num_free_slots() == 0) return false;
+  if (geometry_.before_acquire) geometry_.before_acquire();  // held depths stay put
   std::int64_t need = promise_units(num_tokens);
   if (geometry_.held_units) {
     // acquire() picks the free slot whose held depth best fits: the smallest
@@ -105,17 +109,33 @@ void KvStoreCapacity::free(int slot) {
 
 Status KvStoreCapacity::prepare(const HybridBatch& batch) {
   targets_.clear();
-  // A prefill chunk's prompt continues with a chunk of about the same size next
-  // step: the store maps it in the background while this step computes, never
-  // beyond the tokens promised to the slot at admission.
+  // A prompt that does not finish this step got less than it wanted because
+  // the step's token budget ran out, so this step's tokens are the budget,
+  // and its next chunk is at most that long (often that long: a request
+  // admitted with the budget's leftovers gets a small first chunk, then a
+  // full one). The store maps up to there in the background while this step
+  // computes, never beyond the tokens promised to the slot at admission.
+  std::int64_t step_tokens = 0;
+  for (const BatchSequence& s : batch.prefills) step_tokens += s.num_new;
+  for (const BatchSequence& s : batch.decodes) step_tokens += s.num_new;
   for (const BatchSequence& s : batch.prefills) {
     const std::int64_t next_chunk_end = std::min<std::int64_t>(
-        slot_tokens_[s.slot], static_cast<std::int64_t>(s.context_len()) + s.num_new);
+        slot_tokens_[s.slot], static_cast<std::int64_t>(s.context_len()) + step_tokens);
     targets_.push_back({s.slot, s.context_len(), next_chunk_end});
   }
   for (const BatchSequence& s : batch.decodes) targets_.push_back({s.slot, s.context_len()});
   VPOD_ASSIGN_OR_RETURN(kvcache::PrepareTicket ticket, store_.prepare(targets_));
+  // After the step's own growth is posted (the mapper does that first): the
+  // next admission's first chunk, mapped while this step runs.
+  if (geometry_.expect_acquire) {
+    geometry_.expect_acquire(next_admission_tokens_, next_admission_chunk_);
+  }
   return store_.wait(ticket);
+}
+
+void KvStoreCapacity::expect_admission(int num_tokens, int first_chunk_tokens) {
+  next_admission_tokens_ = std::clamp(num_tokens, 0, store_.max_ctx());
+  next_admission_chunk_ = std::clamp<std::int64_t>(first_chunk_tokens, 0, next_admission_tokens_);
 }
 
 double KvStoreCapacity::usage() const {

@@ -14,7 +14,16 @@
 //   - with deferred reclamation, acquire() may hand the new request an idle
 //     slot that still holds more pages than it needs (best fit by depth);
 //     those pages count against the promise budget too: admission predicts
-//     the slot acquire() will pick, and allocate() accounts the depth it got.
+//     the slot acquire() will pick, and allocate() accounts the depth it got;
+//   - the scheduler's hint about the next admission (expect_admission) goes
+//     to the store with each prepare(): the background vAttention cache maps
+//     the free slot acquire() will pick to the first chunk's depth while the
+//     step runs (eager allocation), from free pages only. Those pages belong
+//     to a free slot - held and reclaimable like deferred-reclamation pages,
+//     no promise - and never exceed the hinted request's tokens, so they fit
+//     in its promise when it gets the slot. Before admission reads free slots'
+//     depths (can_allocate, allocate) the pre-mapping is stopped
+//     (before_acquire), so what can_allocate predicted is what allocate gets.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,12 +48,15 @@ struct KvGeometry {
   // Units a free slot still holds (deferred reclamation), which acquire()
   // may hand to the next request. Null: none (the paged cache frees at once).
   std::function<std::int64_t(int slot)> held_units;
-  // Called before acquire(). For the background vAttention cache it drains the
-  // mapper so that the free slots' held depths it reads are settled (growth
-  // already in flight for a slot as it is released can still finish). The
-  // cache itself drops growth a slot's previous owner posted, so a drain is
-  // not needed for that.
+  // Called before admission reads held_units (can_allocate) and before
+  // acquire(). For the background vAttention cache it stops pre-mapping free
+  // slots (KvCache::settle_prewarm, waits at most one chunk), so the free
+  // slots' held depths stay put until the next prepare(). Growth in flight
+  // for a slot as it is released never lands (the cache unmaps it again).
   std::function<void()> before_acquire;
+  // The next admission's hint (expected tokens, first chunk's tokens), passed
+  // on by prepare() once the step's own growth is posted. Null: ignored.
+  std::function<void(std::int64_t, std::int64_t)> expect_acquire;
 };
 
 KvGeometry vattn_geometry(kvcache::KvCache& cache);
@@ -63,6 +75,7 @@ class KvStoreCapacity final : public KvCapacity {
   bool grow(int slot, int num_tokens) override;
   void free(int slot) override;
   Status prepare(const HybridBatch& batch) override;
+  void expect_admission(int num_tokens, int first_chunk_tokens) override;
   double usage() const override;
 
   std::int64_t used_units() const { return used_units_; }
@@ -78,6 +91,8 @@ class KvStoreCapacity final : public KvCapacity {
   std::vector<std::int64_t> slot_tokens_;  // [max_slots] tokens the promise was made for
   std::int64_t used_units_ = 0;
   std::vector<kvcache::SlotTokens> targets_;  // prepare() scratch, [max_slots]
+  std::int64_t next_admission_tokens_ = 0;    // expect_admission(), for prepare()
+  std::int64_t next_admission_chunk_ = 0;
 };
 
 }  // namespace vpod::engine

@@ -214,6 +214,13 @@ const ScheduledStep& Scheduler::schedule(Clock::time_point now) {
     chosen_prefill_lens_.push_back(budget.take(r->num_uncomputed()));
   }
 
+  // The next admission's first chunk, so the KV cache can get its pages ready
+  // while this step runs (FCFS: it is the head of the queue, if anyone's).
+  const Request* head = waiting_.front();
+  kv_.expect_admission(
+      head != nullptr ? head->num_tokens() : 0,
+      head != nullptr ? std::min(head->num_tokens(), config_.max_num_batched_tokens) : 0);
+
   lay_out_batch();
   return step_;
 }

@@ -67,6 +67,25 @@ void FaultInjectingProvider::open_fences() {
   gate_cv_.notify_all();
 }
 
+void FaultInjectingProvider::gate_next_map() {
+  std::lock_guard lock(mutex_);
+  map_gate_armed_ = true;
+}
+
+bool FaultInjectingProvider::wait_map_gated(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return gate_cv_.wait_for(lock, timeout, [&] { return map_gate_held_; });
+}
+
+void FaultInjectingProvider::open_map() {
+  {
+    std::lock_guard lock(mutex_);
+    map_gate_armed_ = false;
+    map_gate_held_ = false;
+  }
+  gate_cv_.notify_all();
+}
+
 FaultInjectingProvider::Ledger FaultInjectingProvider::ledger() const {
   std::lock_guard lock(mutex_);
   return ledger_;
@@ -85,8 +104,14 @@ Result<PageHandle> FaultInjectingProvider::create_page() {
 
 Status FaultInjectingProvider::map(void* addr, std::span<const PageHandle> pages) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     ++ledger_.map_calls;
+    if (map_gate_armed_) {
+      map_gate_armed_ = false;
+      map_gate_held_ = true;
+      gate_cv_.notify_all();
+      gate_cv_.wait(lock, [&] { return !map_gate_held_; });
+    }
     if (map_countdown_ > 0 && --map_countdown_ == 0) {
       ++ledger_.injected_failures;
       return internal_error(

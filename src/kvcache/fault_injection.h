@@ -5,6 +5,7 @@
 // is ever mapped twice and nothing is unmapped that was not mapped.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -29,6 +30,12 @@ class FaultInjectingProvider final : public VmmProvider {
   // open_fences() is called.
   void set_fences_gated(bool gated);
   void open_fences();
+  // The next map() call stops inside the call, before mapping, until
+  // open_map(); wait_map_gated() returns once a call has stopped there (false
+  // after `timeout` without one). Lets a test act while a thread is mid-map.
+  void gate_next_map();
+  bool wait_map_gated(std::chrono::milliseconds timeout);
+  void open_map();
 
   struct Ledger {
     std::int64_t map_calls = 0;
@@ -64,6 +71,8 @@ class FaultInjectingProvider final : public VmmProvider {
   std::int64_t map_countdown_ = 0;
   std::int64_t create_countdown_ = 0;
   bool gated_ = false;
+  bool map_gate_armed_ = false;  // the next map() stops
+  bool map_gate_held_ = false;   // a map() is stopped at the gate
   std::uint64_t gate_generation_ = 0;
   Ledger ledger_;
   std::unordered_map<std::uintptr_t, PageHandle> page_at_;  // mapped address -> page

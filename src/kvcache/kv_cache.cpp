@@ -123,6 +123,15 @@ Status KvCache::init() {
 }
 
 KvCache::~KvCache() {
+  {
+    std::lock_guard lock(state_mutex_);
+    VPOD_LOG_DEBUG(
+        "KV cache: {} pages mapped ({} by the mapper, {} pre-mapped for {} acquisitions), "
+        "{} reclaimed; {} waits for growth, {:.3f} s",
+        counters_.pages_mapped_total, counters_.mapper_pages, prewarm_counters_.pages,
+        prewarm_counters_.hits, counters_.pages_reclaimed, counters_.wait_calls,
+        counters_.wait_seconds);
+  }
   if (mapper_.joinable()) {
     {
       std::lock_guard lock(queue_mutex_);
@@ -210,10 +219,7 @@ KvLayerView KvCache::layer_view(int layer) const {
 // ----------------------------------------------------------------------------
 // Slots
 // ----------------------------------------------------------------------------
-Result<int> KvCache::acquire(std::int64_t expected_tokens) {
-  VPOD_RETURN_IF_ERROR(check_tokens(expected_tokens));
-  const std::int64_t need = pages_for_tokens(expected_tokens);
-  std::lock_guard lock(state_mutex_);
+int KvCache::pick_free_slot_locked(std::int64_t need) const {
   // Best fit by mapped depth: the smallest surplus if some free slot already
   // covers the request, otherwise the smallest shortfall; ties go to the most
   // recently released slot.
@@ -233,12 +239,23 @@ Result<int> KvCache::acquire(std::int64_t expected_tokens) {
       best_order = slot.release_order;
     }
   }
+  return best;
+}
+
+Result<int> KvCache::acquire(std::int64_t expected_tokens) {
+  VPOD_RETURN_IF_ERROR(check_tokens(expected_tokens));
+  const std::int64_t need = pages_for_tokens(expected_tokens);
+  std::lock_guard lock(state_mutex_);
+  const int best = pick_free_slot_locked(need);
   if (best < 0) {
     return resource_exhausted(fmt::format("all {} KV slots are in use", config_.max_slots));
   }
-  slots_[best].active = true;
-  slots_[best].used_tokens = 0;
-  ++slots_[best].generation;
+  Slot& slot = slots_[best];
+  if (slot.prewarmed && slot.depth > 0) ++prewarm_counters_.hits;
+  slot.prewarmed = false;
+  slot.active = true;
+  slot.used_tokens = 0;
+  ++slot.generation;
   return best;
 }
 
@@ -262,6 +279,7 @@ Status KvCache::release(int slot_index, cudaStream_t last_reader) {
     }
     slot.active = false;
     slot.used_tokens = 0;
+    slot.prewarmed = false;
     slot.release_order = ++release_counter_;
     if (config_.reclaim == ReclaimPolicy::eager && slot.depth > 0) {
       victim.count = slot.depth;
@@ -319,6 +337,7 @@ std::int64_t KvCache::plan_victims_locked(std::int64_t steps, int exclude_slot) 
     Slot& slot = slots_[pick];
     const std::int64_t take = std::min(slot.depth, steps - planned);
     slot.depth -= take;
+    if (slot.depth == 0) slot.prewarmed = false;
     in_flight_pages_ += take * num_regions_;
     scratch_victims_.push_back(Victim{pick, slot.depth, take});
     planned += take;
@@ -393,14 +412,18 @@ Status KvCache::take_from_idle(std::int64_t pages_needed, int exclude_slot) {
 }
 
 Status KvCache::grow(int slot_index, std::int64_t target_depth, GrowPolicy policy, bool on_mapper) {
+  // Whether the growth still belongs to the slot (state_mutex_ held).
+  const auto still_wanted = [&](const Slot& slot) {
+    const bool same_owner = policy.generation == 0 || slot.generation == policy.generation;
+    if (policy.only_active && (!slot.active || !same_owner)) return false;
+    if (policy.only_free && (slot.active || !same_owner)) return false;
+    return true;
+  };
   std::int64_t from = 0;
   {
     std::lock_guard lock(state_mutex_);
     const Slot& slot = slots_[slot_index];
-    if (policy.only_active &&
-        (!slot.active || (policy.generation != 0 && slot.generation != policy.generation))) {
-      return {};
-    }
+    if (!still_wanted(slot)) return {};
     from = slot.depth;
   }
   if (target_depth <= from) return {};
@@ -444,37 +467,48 @@ Status KvCache::grow(int slot_index, std::int64_t target_depth, GrowPolicy polic
   }
   const double map_seconds = seconds_since(start);
 
-  if (!status.ok()) {
-    // Roll back: these pages were never visible to any reader, so they are
-    // unmapped at once, and return to the pool in their original LIFO order.
-    const Clock::time_point unmap_start = Clock::now();
-    for (int r = 0; r < mapped_regions; ++r) {
-      const Status undone = slot.mappings[r].shrink(static_cast<std::size_t>(count));
-      VPOD_CHECK_MSG(undone.ok(), "rolling back a KV mapping: " + undone.to_string());
-    }
-    const double unmap_seconds = seconds_since(unmap_start);
+  if (status.ok()) {
     std::lock_guard lock(state_mutex_);
-    for (std::int64_t i = needed; i > 0; --i) pool_.push(scratch_ids_[i - 1]);
-    in_flight_pages_ -= needed;
+    counters_.map_calls += num_regions_;
+    counters_.map_seconds += map_seconds;
+    counters_.pages_mapped_total += needed;
+    if (still_wanted(slot)) {
+      for (int r = 0; r < num_regions_; ++r) {
+        std::copy_n(scratch_ids_.data() + r * count, count,
+                    slot.pages.data() + static_cast<std::size_t>(r) * max_depth_ + from);
+      }
+      slot.depth = target_depth;
+      in_flight_pages_ -= needed;
+      if (on_mapper) counters_.mapper_pages += needed;
+      if (policy.only_free) {  // pre-mapped for the next acquire()
+        slot.prewarmed = true;
+        prewarm_counters_.pages += needed;
+      }
+      return {};
+    }
+    // The slot was released or changed owners while we mapped: the pages go
+    // back below (the slot's depth never counted them, so nobody read them).
+  } else {
+    std::lock_guard lock(state_mutex_);
     counters_.map_calls += mapped_regions + 1;
     counters_.map_seconds += map_seconds;
-    counters_.unmap_calls += mapped_regions;
-    counters_.pages_unmapped_total += mapped_regions * count;
-    counters_.unmap_seconds += unmap_seconds;
-    return status.with_context(context());
   }
 
-  std::lock_guard lock(state_mutex_);
-  for (int r = 0; r < num_regions_; ++r) {
-    std::copy_n(scratch_ids_.data() + r * count, count,
-                slot.pages.data() + static_cast<std::size_t>(r) * max_depth_ + from);
+  // Roll back: these pages were never visible to any reader, so they are
+  // unmapped at once, and return to the pool in their original LIFO order.
+  const Clock::time_point unmap_start = Clock::now();
+  for (int r = 0; r < mapped_regions; ++r) {
+    const Status undone = slot.mappings[r].shrink(static_cast<std::size_t>(count));
+    VPOD_CHECK_MSG(undone.ok(), "rolling back a KV mapping: " + undone.to_string());
   }
-  slot.depth = target_depth;
+  const double unmap_seconds = seconds_since(unmap_start);
+  std::lock_guard lock(state_mutex_);
+  for (std::int64_t i = needed; i > 0; --i) pool_.push(scratch_ids_[i - 1]);
   in_flight_pages_ -= needed;
-  counters_.map_calls += num_regions_;
-  counters_.pages_mapped_total += needed;
-  counters_.map_seconds += map_seconds;
-  if (on_mapper) counters_.mapper_pages += needed;
+  counters_.unmap_calls += mapped_regions;
+  counters_.pages_unmapped_total += mapped_regions * count;
+  counters_.unmap_seconds += unmap_seconds;
+  if (!status.ok()) return status.with_context(context());
   return {};
 }
 
@@ -588,13 +622,39 @@ void KvCache::mapper_main() {
   work.reserve(config_.max_slots);
   std::unique_lock queue_lock(queue_mutex_);
   for (;;) {
-    if (dirty_slots_.empty()) {
+    if (dirty_slots_.empty() && prewarm_tokens_ == 0) {
       mapper_idle_ = true;
       done_cv_.notify_all();
     }
-    work_cv_.wait(queue_lock, [&] { return stop_ || !dirty_slots_.empty(); });
+    work_cv_.wait(queue_lock,
+                  [&] { return stop_ || !dirty_slots_.empty() || prewarm_tokens_ > 0; });
     mapper_idle_ = false;
     if (stop_) return;
+    if (dirty_slots_.empty()) {
+      // Nothing a step needs: one chunk of pre-mapping for the next acquire(),
+      // then look again (posted growth and settle_prewarm() wait at most one chunk).
+      const std::int64_t expected = prewarm_expected_;
+      const std::int64_t tokens = prewarm_tokens_;
+      const std::uint64_t seq = prewarm_seq_;
+      prewarm_busy_ = true;
+      queue_lock.unlock();
+      const Clock::time_point start = Clock::now();
+      bool more = false;
+      {
+        std::lock_guard map_lock(map_mutex_);
+        more = prewarm_chunk(expected, tokens);
+      }
+      const double busy = seconds_since(start);
+      {
+        std::lock_guard lock(state_mutex_);
+        counters_.mapper_busy_seconds += busy;
+      }
+      queue_lock.lock();
+      prewarm_busy_ = false;
+      if (!more && prewarm_seq_ == seq) prewarm_tokens_ = 0;  // this hint is done
+      done_cv_.notify_all();
+      continue;
+    }
     const std::uint64_t taken = posted_.load(std::memory_order_acquire);
     const std::uint64_t first = done_ticket_;
     work.clear();
@@ -658,7 +718,69 @@ void KvCache::mapper_main() {
 void KvCache::drain() {
   if (config_.growth != GrowthMode::background) return;
   std::unique_lock lock(queue_mutex_);
-  done_cv_.wait(lock, [&] { return mapper_idle_ && dirty_slots_.empty(); });
+  done_cv_.wait(lock, [&] {
+    return mapper_idle_ && dirty_slots_.empty() && prewarm_tokens_ == 0 && !prewarm_busy_;
+  });
+}
+
+void KvCache::expect_acquire(std::int64_t expected_tokens, std::int64_t first_tokens) {
+  if (config_.growth != GrowthMode::background) return;
+  expected_tokens = std::clamp<std::int64_t>(expected_tokens, 0, config_.max_ctx);
+  first_tokens = std::clamp<std::int64_t>(first_tokens, 0, expected_tokens);
+  {
+    std::lock_guard lock(queue_mutex_);
+    prewarm_expected_ = expected_tokens;
+    prewarm_tokens_ = first_tokens;
+    ++prewarm_seq_;
+  }
+  if (first_tokens > 0) work_cv_.notify_one();
+}
+
+void KvCache::settle_prewarm() {
+  if (config_.growth != GrowthMode::background) return;
+  std::unique_lock lock(queue_mutex_);
+  if (prewarm_tokens_ != 0) {
+    prewarm_tokens_ = 0;
+    ++prewarm_seq_;
+  }
+  done_cv_.wait(lock, [&] { return !prewarm_busy_; });
+}
+
+bool KvCache::prewarm_chunk(std::int64_t expected_tokens, std::int64_t first_tokens) {
+  int slot = -1;
+  std::int64_t depth = 0;
+  std::int64_t step = 0;
+  std::uint64_t generation = 0;
+  const std::int64_t target = pages_for_tokens(first_tokens);
+  {
+    std::lock_guard lock(state_mutex_);
+    // The slot acquire(expected_tokens) would pick now. Growing it keeps it
+    // the pick: its shortfall shrinks (or it comes to cover the request).
+    slot = pick_free_slot_locked(pages_for_tokens(expected_tokens));
+    if (slot < 0) return false;
+    depth = slots_[slot].depth;
+    if (depth >= target) return false;
+    const std::int64_t free_steps = pool_.num_free() / num_regions_;  // never reclaims
+    const std::int64_t chunk_steps = std::max<std::int64_t>(1, kPrewarmChunkPages / num_regions_);
+    step = std::min({target - depth, free_steps, chunk_steps});
+    if (step <= 0) return false;
+    generation = slots_[slot].generation;
+  }
+  const Status status =
+      grow(slot, depth + step,
+           GrowPolicy{.reclaim = false, .only_free = true, .generation = generation}, true);
+  if (!status.ok()) {
+    if (status.code() != StatusCode::resource_exhausted) {
+      VPOD_LOG_WARN("KV pre-mapping for the next request: {}", status.to_string());
+    }
+    return false;
+  }
+  return depth + step < target;  // if it was acquired meanwhile, the next chunk finds out
+}
+
+KvCache::PrewarmStats KvCache::prewarm_stats() const {
+  std::lock_guard lock(state_mutex_);
+  return prewarm_counters_;
 }
 
 Status KvCache::wait(PrepareTicket ticket) {

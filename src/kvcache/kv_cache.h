@@ -28,6 +28,17 @@
 // reclaims, never fails a wait, and is dropped when a newer prepare() arrives, so the step thread
 // never waits for mapping that only a later step needs.
 //
+// Eager allocation. expect_acquire(expected, first) says what the next
+// acquire() will likely be; when the mapper has nothing a step needs, it maps
+// the free slot that acquire(expected) would pick (best fit, below) to the
+// depth of `first` tokens (the request's first prefill chunk), from free pool
+// pages only, a chunk at a time. The engine passes the waiting queue's head
+// with each step's prepare(), so the step that admits it finds its first
+// chunk mapped instead of mapping ~128 pages (2048 Llama-3-8B tokens) on the
+// critical path. The slot stays free: those pages are held like a released
+// slot's (reclaimable, never promised), and settle_prewarm() stops the
+// pre-mapping before admission reads free slots' depths and acquires.
+//
 // Reclamation. release() keeps the slot's pages mapped (deferred
 // reclamation); acquire() picks the free slot whose mapped depth best fits
 // the new request. When the pool is empty, growth takes pages from the tails
@@ -46,7 +57,13 @@
 //     wait(); the mapper never spins and is joined by the destructor;
 //   - posted growth is tagged with the slot's owner (a generation bumped by
 //     acquire()), so growth a released slot's old owner asked for is dropped
-//     and never lands on the slot's next owner.
+//     and never lands on the slot's next owner. The tag is checked again
+//     when mapped pages are committed to the slot: growth whose slot was
+//     released or re-acquired while it mapped (lookahead of an active slot,
+//     or pre-mapping of a free one) is unmapped again - its pages were never
+//     within backed_tokens(), so no reader saw them. Hence a free slot's
+//     depth changes only by reclamation and by pre-mapping, and the latter
+//     stops at settle_prewarm() until the next expect_acquire().
 // Memory of a slot is readable only up to backed_tokens(slot); the views are
 // immutable for the cache's lifetime. Destroying the cache synchronizes with
 // all GPU work first (readers of active slots have no fence).
@@ -130,8 +147,35 @@ class KvCache final : public KvStore {
   int num_free_slots() const override;
   KvStats stats() const override;
 
-  // Blocks until the mapper has finished all posted work, lookahead included
-  // (returns at once in synchronous mode). For tests, benchmarks, shutdown.
+  // Eager allocation for the request not yet admitted. Says that the next
+  // acquire() will likely be acquire(expected_tokens) and that its first step
+  // needs its first `first_tokens` tokens (the first prefill chunk). In
+  // background mode the mapper, when it has nothing else to do, maps the free
+  // slot that acquire(expected_tokens) would pick to that depth (never beyond
+  // expected_tokens), in chunks of about kPrewarmChunkPages pages, from free
+  // pool pages only: it never reclaims and stops when the pool runs dry. The
+  // slot stays free, so its pages are held like any idle slot's (reclaimable
+  // by others' growth, counted by free_tokens()). A new hint replaces the
+  // previous one; 0 tokens cancels. No-op in synchronous mode.
+  void expect_acquire(std::int64_t expected_tokens, std::int64_t first_tokens);
+  // Cancels the hint and returns once no pre-mapping chunk is in flight: until
+  // the next expect_acquire(), free slots' depths change only by reclamation
+  // (which only required growth and reclaim_idle do), so an admission decision
+  // taken on slot_depth() of free slots holds at acquire(). Waits at most one
+  // chunk; returns at once in synchronous mode.
+  void settle_prewarm();
+  // Pages the mapper mapped into free slots ahead of acquire(), and how many
+  // acquire() calls got a slot holding some of them.
+  struct PrewarmStats {
+    std::int64_t pages = 0;
+    std::int64_t hits = 0;
+  };
+  PrewarmStats prewarm_stats() const;
+  static constexpr std::int64_t kPrewarmChunkPages = 16;
+
+  // Blocks until the mapper has finished all posted work, lookahead and
+  // pre-mapping included (returns at once in synchronous mode). For tests,
+  // benchmarks, shutdown.
   void drain();
   // Unmaps up to `max_pages` pages from idle slots' tails back into the pool
   // (whole depth steps, so a multiple of num_regions()); returns how many.
@@ -152,12 +196,18 @@ class KvCache final : public KvStore {
     std::vector<PageId> pages;      // [num_regions][max_depth]
     std::vector<Mapping> mappings;  // [num_regions]; touched only under map_mutex_
     std::unique_ptr<Fence> fence;   // recorded at release
+    bool prewarmed = false;         // free, holding pages expect_acquire() had mapped
   };
   struct GrowPolicy {
     bool reclaim = true;       // may take pages from idle slots
     bool only_active = false;  // skip (ok) if the slot is not active
-    // With only_active: also skip unless the slot is still held by the owner
-    // that asked (0 = any owner). Stale growth never reaches a new owner.
+    bool only_free = false;    // skip (ok) if the slot is active (pre-mapping)
+    // With only_active / only_free: also skip unless the slot still has the
+    // generation (owner) it had when the growth was asked for (0 = any).
+    // Checked before mapping and again when the pages are committed to the
+    // slot: growth whose condition no longer holds by then is unmapped again
+    // (its pages were never visible), so stale growth never reaches a new
+    // owner and a released slot's held depth never grows behind admission.
     std::uint64_t generation = 0;
   };
   struct Victim {
@@ -188,6 +238,12 @@ class KvCache final : public KvStore {
   // Caller holds state_mutex_.
   std::int64_t idle_pages_locked(int exclude_slot) const;
   std::int64_t tokens_for_depth(std::int64_t depth) const;
+  // The free slot acquire() picks for `need` pages per region, or -1.
+  // Caller holds state_mutex_.
+  int pick_free_slot_locked(std::int64_t need) const;
+  // One chunk of pre-mapping for the hint; the caller holds map_mutex_.
+  // Returns whether more remains to be mapped for it.
+  bool prewarm_chunk(std::int64_t expected_tokens, std::int64_t first_tokens);
 
   void mapper_main();
 
@@ -229,6 +285,12 @@ class KvCache final : public KvStore {
   std::vector<std::uint64_t> want_generation_;  // [max_slots] owner the wants belong to
   std::vector<int> dirty_slots_;
   std::vector<std::uint8_t> is_dirty_;
+  // expect_acquire() -> mapper (queue_mutex_). prewarm_tokens_ 0 = no hint.
+  std::int64_t prewarm_expected_ = 0;
+  std::int64_t prewarm_tokens_ = 0;
+  std::uint64_t prewarm_seq_ = 0;  // bumped by every hint and cancel
+  bool prewarm_busy_ = false;      // the mapper is mapping a chunk for a hint
+  PrewarmStats prewarm_counters_;  // under state_mutex_
   // The outcome of each of the last kTicketHistory tickets (ticket t at
   // t % kTicketHistory), written by the mapper when its batch is done.
   struct TicketResult {

@@ -295,5 +295,188 @@ TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
   EXPECT_EQ((*cache)->num_free_slots(), 24);
 }
 
+// Forwards everything but the admission hint: the engine without eager allocation.
+class NoHintCapacity final : public KvCapacity {
+ public:
+  explicit NoHintCapacity(KvStoreCapacity& inner) : inner_(inner) {}
+  int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
+  std::int64_t capacity_tokens() const override { return inner_.capacity_tokens(); }
+  bool can_allocate(int n) const override { return inner_.can_allocate(n); }
+  int allocate(int n) override { return inner_.allocate(n); }
+  bool grow(int slot, int n) override { return inner_.grow(slot, n); }
+  void free(int slot) override { inner_.free(slot); }
+  Status prepare(const HybridBatch& b) override { return inner_.prepare(b); }
+  double usage() const override { return inner_.usage(); }
+
+ private:
+  KvStoreCapacity& inner_;
+};
+
+// A step whose kernels outlast the background mapping (as on the GPU, where a
+// 2048-token chunk takes tens of ms and its pages a few): the forward waits
+// for the mapper to go idle before it computes.
+class SlowStepModel final : public ModelExecutor {
+ public:
+  SlowStepModel(kvcache::KvCache& cache) : cache_(cache), inner_(cache.layer_view(0)) {}
+  Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                 std::span<SampledToken> out) override {
+    cache_.drain();
+    return inner_.forward(batch, samples, out);
+  }
+
+ private:
+  kvcache::KvCache& cache_;
+  KvMemoryModel inner_;
+};
+
+TEST(KvStoreCapacity, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
+  // Prompts that grow, so no released slot ever covers the next request and
+  // each admission needs new pages; each takes the rest of a 48-token budget.
+  std::vector<RequestSpec> specs;
+  std::mt19937 rng(79);
+  for (int i = 0; i < 12; ++i) {
+    RequestSpec s;
+    for (int k = 0; k < 48 + 6 * i; ++k) s.prompt_token_ids.push_back(1 + rng() % (kVocab - 1));
+    s.sampling.temperature = 0.0f;
+    s.stop.max_tokens = 3;
+    s.stop.ignore_eos = true;
+    specs.push_back(std::move(s));
+  }
+  struct Run {
+    Outcome outcome;
+    kvcache::KvStats stats;
+    kvcache::KvCache::PrewarmStats prewarm;
+  };
+  auto run_with = [&](bool hints) {
+    auto provider = std::shared_ptr<kvcache::VmmProvider>(
+        std::move(kvcache::HostVmmProvider::create(kPageBytes)).value());
+    auto cache = kvcache::KvCache::create({.shape = shape(),
+                                           .max_slots = 8,
+                                           .max_ctx = 128,
+                                           .memory_bytes = 2 * 512 * kPageBytes,
+                                           .growth = kvcache::GrowthMode::background,
+                                           .lookahead_tokens = 8},
+                                          provider);
+    EXPECT_TRUE(cache.ok());
+    KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+    NoHintCapacity no_hints(capacity);
+    SlowStepModel model(**cache);
+    Run r;
+    r.outcome = run(specs, hints ? static_cast<KvCapacity&>(capacity) : no_hints, model, 4);
+    (*cache)->drain();
+    EXPECT_TRUE((*cache)->check_invariants().ok());
+    EXPECT_EQ(capacity.used_units(), 0);
+    r.stats = (*cache)->stats();
+    r.prewarm = (*cache)->prewarm_stats();
+    return r;
+  };
+  const Run with = run_with(true);
+  const Run without = run_with(false);
+  EXPECT_EQ(with.outcome.errors, 0u);
+  EXPECT_EQ(with.outcome.outputs, without.outcome.outputs);
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    EXPECT_EQ(with.outcome.outputs[i], solo(specs[i])) << "request " << i;
+  // Admissions that no released slot covers (the first four; later ones
+  // reuse released slots) found their slot pre-mapped, and the next chunks
+  // were mapped ahead: only the very first step waited for mapping.
+  EXPECT_EQ(without.prewarm.pages, 0);
+  EXPECT_GE(with.prewarm.hits, 3);
+  EXPECT_EQ(with.stats.wait_calls, 1);
+  EXPECT_GE(without.stats.wait_calls, 4);
+}
+
+// Random admissions, chunks, decodes and frees against the background cache
+// with hints that are sometimes right and sometimes wrong, in a tight pool:
+// every prepare() succeeds (each promised token can be backed), and mapped
+// pages of active slots never exceed the promises.
+TEST(KvStoreCapacity, RandomAdmissionsWithPreMappingKeepPromisesExact) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto provider = std::shared_ptr<kvcache::VmmProvider>(
+      std::move(kvcache::HostVmmProvider::create(kPageBytes)).value());
+  auto created = kvcache::KvCache::create({.shape = shape(),
+                                           .max_slots = 8,
+                                           .max_ctx = 128,
+                                           .memory_bytes = 2 * 40 * kPageBytes,
+                                           .growth = kvcache::GrowthMode::background,
+                                           .lookahead_tokens = 4},
+                                          provider);
+  ASSERT_TRUE(created.ok());
+  kvcache::KvCache& cache = **created;
+  KvStoreCapacity capacity(cache, vattn_geometry(cache), nullptr);
+  struct Seq {
+    int slot;
+    int prompt;
+    int tokens;  // computed so far
+  };
+  std::vector<Seq> running;
+  int next_prompt = uniform(1, 128);
+  int admitted = 0, refused = 0, freed = 0;
+  for (int op = 0; op < 3000; ++op) {
+    const int kind = uniform(0, 9);
+    if (kind < 3 && running.size() < 8) {
+      // Usually the hinted request, sometimes another one.
+      const int n = uniform(0, 3) == 0 ? uniform(1, 128) : next_prompt;
+      next_prompt = uniform(1, 128);
+      if (capacity.can_allocate(n)) {
+        const std::int64_t used = capacity.used_units();
+        running.push_back({capacity.allocate(n), n, 0});
+        ASSERT_LE(capacity.used_units(), capacity.total_units()) << "admission over-promised";
+        ASSERT_GT(capacity.used_units(), used);
+        ++admitted;
+      } else {
+        ++refused;
+      }
+    } else if (kind < 4 && !running.empty()) {
+      const std::size_t i = uniform(0, static_cast<int>(running.size()) - 1);
+      capacity.free(running[i].slot);
+      running.erase(running.begin() + i);
+      ++freed;
+    } else if (!running.empty()) {
+      // One step: a chunk of each prefill, one token of each decode (those
+      // the cache cannot promise one more token are freed, as preemption would).
+      HybridBatch batch;
+      for (std::size_t i = 0; i < running.size();) {
+        Seq& q = running[i];
+        if (q.tokens < q.prompt) {
+          const int chunk = uniform(1, q.prompt - q.tokens);
+          batch.prefills.push_back({.slot = q.slot, .cached_len = q.tokens, .num_new = chunk});
+          q.tokens += chunk;
+        } else if (q.tokens < 128 && capacity.grow(q.slot, q.tokens + 1)) {
+          batch.decodes.push_back({.slot = q.slot, .cached_len = q.tokens, .num_new = 1});
+          q.tokens += 1;
+        } else {
+          capacity.free(q.slot);
+          running.erase(running.begin() + i);
+          continue;
+        }
+        ++i;
+      }
+      capacity.expect_admission(next_prompt, std::min(next_prompt, uniform(1, 128)));
+      const Status prepared = capacity.prepare(batch);
+      ASSERT_TRUE(prepared.ok()) << "op " << op << ": " << prepared.to_string();
+      for (const Seq& q : running) ASSERT_GE(cache.backed_tokens(q.slot), q.tokens);
+      if (uniform(0, 1) == 0) cache.drain();  // a step that outlasts the mapping
+    }
+    std::int64_t active_depth = 0;
+    for (const Seq& q : running) active_depth += cache.slot_depth(q.slot);
+    ASSERT_LE(active_depth, capacity.used_units()) << "op " << op;
+    if (op % 16 == 0) {
+      ASSERT_TRUE(cache.check_invariants().ok()) << "op " << op;
+    }
+  }
+  for (const Seq& q : running) capacity.free(q.slot);
+  cache.drain();
+  ASSERT_TRUE(cache.check_invariants().ok());
+  EXPECT_EQ(capacity.used_units(), 0);
+  EXPECT_GT(admitted, 50);
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(freed, 0);
+  EXPECT_GT(cache.prewarm_stats().hits, 0);
+  EXPECT_GT(cache.stats().pages_reclaimed, 0);
+}
+
 }  // namespace
 }  // namespace vpod::engine

@@ -38,6 +38,9 @@ struct SeqModel {
   std::int64_t depth_at_release = 0;
   std::uint32_t tag_at_release = 0;
   std::int64_t written_at_release = 0;
+  // expect_acquire() was called while the slot was free: pre-mapping may have
+  // appended fresh pages after reclamation trimmed its tail.
+  bool hinted_since_release = false;
 };
 
 // A fresh seed per run, or VPOD_TEST_SEED to replay one.
@@ -84,7 +87,7 @@ TEST_P(KvCacheProperty, RandomOperationSequencesKeepEveryInvariant) {
     std::vector<std::int64_t> tokens;
   };
   std::vector<Pending> pending;
-  int reuses = 0, reclaims = 0, failures = 0;
+  int reuses = 0, reclaims = 0, failures = 0, hints = 0;
 
   auto active_slots = [&] {
     std::vector<int> out;
@@ -134,17 +137,24 @@ TEST_P(KvCacheProperty, RandomOperationSequencesKeepEveryInvariant) {
       if (m.has_release) {
         // Deferred reclamation: whatever of the slot's pages was not reclaimed
         // in between is the same physical pages, with the same contents.
+        // Pre-mapping only appends at the tail: the kept prefix is the
+        // release-time pages up to the first that differs.
         const std::vector<PageId> now = cache.slot_pages(s);
         const std::int64_t depth = static_cast<std::int64_t>(now.size()) / regions;
         const std::int64_t common = std::min(depth, m.depth_at_release);
+        std::int64_t retained = common;
         for (int r = 0; r < regions; ++r) {
-          for (std::int64_t i = 0; i < common; ++i) {
-            ASSERT_EQ(now[r * depth + i], m.pages_at_release[r * m.depth_at_release + i]);
+          for (std::int64_t i = 0; i < retained; ++i) {
+            if (now[r * depth + i] != m.pages_at_release[r * m.depth_at_release + i]) {
+              ASSERT_TRUE(m.hinted_since_release) << "slot " << s << " page " << i;
+              retained = i;
+            }
           }
         }
-        const std::int64_t kept = std::min(m.written_at_release, cache.backed_tokens(s));
+        const std::int64_t kept = std::min(
+            {m.written_at_release, cache.backed_tokens(s), cache.tokens_for_pages(retained)});
         ASSERT_EQ(count_mismatches(cache, s, m.tag_at_release, 0, kept), 0);
-        reuses += common > 0;
+        reuses += retained > 0;
       }
       m.active = true;
       m.tag = next_tag++;
@@ -199,12 +209,21 @@ TEST_P(KvCacheProperty, RandomOperationSequencesKeepEveryInvariant) {
       m.depth_at_release = static_cast<std::int64_t>(m.pages_at_release.size()) / regions;
       m.tag_at_release = m.tag;
       m.written_at_release = m.written;
+      m.hinted_since_release = false;
     } else if (op < 85) {
       auto reclaimed = cache.reclaim_idle(uniform(0, 20));
       ASSERT_TRUE(reclaimed.ok()) << reclaimed.status().to_string();
       reclaims += *reclaimed > 0;
     } else if (op < 88) {
       provider->fail_map_call(uniform(1, 4));
+    } else if (op < 92) {
+      // Eager allocation for a (maybe never coming) next request.
+      const std::int64_t expected = uniform(0, config.max_ctx);
+      cache.expect_acquire(expected, uniform(0, expected));
+      for (SeqModel& m : model) m.hinted_since_release |= !m.active;
+      ++hints;
+    } else if (op < 94) {
+      cache.settle_prewarm();
     } else if (!active.empty()) {
       verify_slot(active[uniform(0, static_cast<std::int64_t>(active.size()) - 1)]);
     }
@@ -227,6 +246,12 @@ TEST_P(KvCacheProperty, RandomOperationSequencesKeepEveryInvariant) {
   EXPECT_GT(reclaims + cache.stats().pages_reclaimed, 0);
   EXPECT_GT(failures, 0);
   EXPECT_GT(provider->ledger().injected_failures, 0);
+  EXPECT_GT(hints, 0);
+  if (param.growth == GrowthMode::background) {
+    EXPECT_GT(cache.prewarm_stats().pages, 0);
+  } else {
+    EXPECT_EQ(cache.prewarm_stats().pages, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -294,25 +319,40 @@ TEST(KvCacheConcurrency, PrepareRacesTheConsumer) {
     std::vector<Seq> seqs;
     std::uint32_t next_tag = 1;
     int finished = 0, preempted = 0;
+    // An idle slot only shrinks (reclamation), except that pre-mapping may
+    // grow it up to a hinted request's pages.
+    std::vector<std::int64_t> held_at_release(config.max_slots, 0);
+    std::int64_t max_hint_pages = 0;
+    auto release = [&](int slot) {
+      ASSERT_TRUE(cache.release(slot, nullptr).ok());
+      held_at_release[slot] = cache.slot_depth(slot);
+    };
     auto preempt_longest = [&] {
       auto longest = std::max_element(seqs.begin(), seqs.end(),
                                       [](const Seq& a, const Seq& b) { return a.len < b.len; });
-      ASSERT_TRUE(cache.release(longest->slot, nullptr).ok());
+      release(longest->slot);
       seqs.erase(longest);
       ++preempted;
     };
     constexpr int kSteps = 4000;
+    std::int64_t next_prompt = uniform(1, 120);
     for (int step = 0; step < kSteps; ++step) {
       // Admission: now and then one new sequence, up to 4 running, so idle
-      // slots sit on pages while the running ones grow.
+      // slots sit on pages while the running ones grow. Its first pages may
+      // have been mapped during the last step (expect_acquire below); the
+      // engine stops that before it reads free slots and acquires.
       if (seqs.size() < 4 && (seqs.empty() || uniform(0, 9) == 0)) {
-        const std::int64_t prompt = uniform(1, 120);
+        const std::int64_t prompt = next_prompt;
+        next_prompt = uniform(1, 120);
+        cache.settle_prewarm();
         auto slot = cache.acquire(prompt);
         ASSERT_TRUE(slot.ok());
+        ASSERT_LE(cache.slot_depth(*slot), std::max(max_hint_pages, held_at_release[*slot]))
+            << "pre-mapping went past the requests it was for";
         const Status status = cache.ensure(*slot, prompt);
         if (!status.ok()) {
           ASSERT_EQ(status.code(), StatusCode::resource_exhausted) << status.to_string();
-          ASSERT_TRUE(cache.release(*slot, nullptr).ok());
+          release(*slot);
         } else {
           Seq seq{*slot, next_tag++, prompt,
                   std::min<std::int64_t>(config.max_ctx, prompt + uniform(1, 200))};
@@ -325,6 +365,8 @@ TEST(KvCacheConcurrency, PrepareRacesTheConsumer) {
       for (const Seq& seq : seqs) next.push_back({seq.slot, seq.len + 1});
       auto ticket = cache.prepare(next);
       ASSERT_TRUE(ticket.ok()) << ticket.status().to_string();
+      cache.expect_acquire(next_prompt, next_prompt);
+      max_hint_pages = std::max(max_hint_pages, cache.pages_for_tokens(next_prompt));
       // "Kernels" of this step read what is backed while the mapper maps.
       for (const Seq& seq : seqs) {
         ASSERT_EQ(count_mismatches(cache, seq.slot, seq.tag, seq.len - 1, seq.len), 0);
@@ -343,7 +385,7 @@ TEST(KvCacheConcurrency, PrepareRacesTheConsumer) {
         ++it->len;
         if (it->len >= it->target) {
           ASSERT_EQ(count_mismatches(cache, it->slot, it->tag, 0, it->len), 0);
-          ASSERT_TRUE(cache.release(it->slot, nullptr).ok());
+          release(it->slot);
           it = seqs.erase(it);
           ++finished;
         } else {
@@ -368,9 +410,11 @@ TEST(KvCacheConcurrency, PrepareRacesTheConsumer) {
     total_reclaimed += stats.pages_reclaimed;
     std::printf(
         "[ %s ] finished %d, preempted %d, mapper pages %lld, reclaimed %lld, "
-        "observations %lld\n",
+        "pre-mapped pages %lld (hits %lld), observations %lld\n",
         std::string(kv_layout_name(layout)).c_str(), finished, preempted,
         static_cast<long long>(stats.mapper_pages), static_cast<long long>(stats.pages_reclaimed),
+        static_cast<long long>(cache.prewarm_stats().pages),
+        static_cast<long long>(cache.prewarm_stats().hits),
         static_cast<long long>(observations.load()));
   }
   EXPECT_GT(total_reclaimed, 0);

@@ -3,6 +3,7 @@
 // reclamation, out-of-memory, fences, fault injection, prepare/wait.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -471,6 +472,188 @@ TEST(KvCachePrepare, GrowthPostedByAReleasedSlotsOwnerNeverReachesItsNextOwner) 
   EXPECT_GE(cache->backed_tokens(s), 40);
   ASSERT_TRUE(cache->check_invariants().ok());
   EXPECT_EQ(provider->ledger().double_maps, 0);
+}
+
+// ----------------------------------------------------------------------------
+// Eager allocation for the next request (expect_acquire)
+// ----------------------------------------------------------------------------
+std::vector<std::int64_t> depths(const KvCache& cache) {
+  std::vector<std::int64_t> out;
+  for (int s = 0; s < cache.config().max_slots; ++s) out.push_back(cache.slot_depth(s));
+  return out;
+}
+
+TEST(KvCachePrewarm, MapsTheSlotTheNextAcquirePicksAndThatAcquireUsesIt) {
+  for (const KvLayout layout : {KvLayout::all_layers, KvLayout::per_layer}) {
+    SCOPED_TRACE(std::string(kv_layout_name(layout)));
+    auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+    auto cache = make_cache(small_config(layout, GrowthMode::background, 200), provider);
+    const int regions = cache->num_regions();
+    // An idle slot holding one depth step: the best fit (smallest shortfall)
+    // for a 200-token request, so that is the slot to pre-map.
+    const int old = *cache->acquire(10);
+    ASSERT_TRUE(cache->ensure(old, 10).ok());
+    ASSERT_TRUE(cache->release(old, nullptr).ok());
+    const std::vector<PageId> old_pages = cache->slot_pages(old);
+    const std::vector<std::int64_t> before = depths(*cache);
+    const KvStats stats_before = cache->stats();
+
+    cache->expect_acquire(200, 100);
+    cache->drain();
+    const std::int64_t want = cache->pages_for_tokens(100);
+    const std::vector<std::int64_t> after = depths(*cache);
+    for (int s = 0; s < cache->config().max_slots; ++s) {
+      EXPECT_EQ(after[s], s == old ? want : before[s]) << "slot " << s;
+    }
+    EXPECT_EQ(cache->prewarm_stats().pages, (want - before[old]) * regions);
+    const KvStats idle = cache->stats();
+    EXPECT_EQ(idle.active_slots, 0);
+    EXPECT_EQ(idle.pages_idle, want * regions);  // held by a free slot
+    EXPECT_EQ(idle.pages_free, stats_before.pages_free - (want - before[old]) * regions);
+    EXPECT_EQ(idle.pages_reclaimed, 0);
+    // The slot's first pages are still its own (appended to, not replaced).
+    const std::vector<PageId> grown = cache->slot_pages(old);
+    for (int r = 0; r < regions; ++r) EXPECT_EQ(grown[r * want], old_pages[r]);
+
+    // The admission gets that slot and its first chunk needs no mapping.
+    ASSERT_EQ(*cache->acquire(200), old);
+    EXPECT_EQ(cache->prewarm_stats().hits, 1);
+    const SlotTokens first_chunk[] = {{old, 100, 200}};
+    EXPECT_EQ(*cache->prepare(first_chunk), 0u);  // nothing to wait for
+    write_tokens(*cache, old, 7, 0, 100);
+    EXPECT_EQ(count_mismatches(*cache, old, 7, 0, 100), 0);
+    cache->drain();
+    EXPECT_GE(cache->backed_tokens(old), 200);  // the next chunk, ahead
+    EXPECT_EQ(provider->ledger().double_maps, 0);
+    EXPECT_EQ(provider->ledger().pages_mapped_now, cache->stats().pages_mapped);
+    ASSERT_TRUE(cache->check_invariants().ok());
+
+    // Never deeper than the hinted request itself; 0 tokens: no hint.
+    cache->expect_acquire(20, 100);
+    cache->drain();
+    for (int s = 0; s < cache->config().max_slots; ++s) {
+      if (s != old) {
+        EXPECT_LE(cache->slot_depth(s), cache->pages_for_tokens(20));
+      }
+    }
+    const std::int64_t mapped = cache->stats().pages_mapped_total;
+    cache->expect_acquire(300, 0);
+    cache->drain();
+    EXPECT_EQ(cache->stats().pages_mapped_total, mapped);
+  }
+}
+
+TEST(KvCachePrewarm, TakesOnlyFreePoolPagesAndTheyStayReclaimable) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  // 40 pages: a holds 30, y idles on 2, 8 are free.
+  auto cache = make_cache(small_config(KvLayout::all_layers, GrowthMode::background, 40), provider);
+  const int a = *cache->acquire(300);
+  ASSERT_TRUE(cache->ensure(a, 300).ok());
+  const int y = *cache->acquire(20);
+  ASSERT_TRUE(cache->ensure(y, 20).ok());
+  ASSERT_TRUE(cache->release(y, nullptr).ok());
+  ASSERT_EQ(cache->stats().pages_free, 8);
+
+  // A 300-token request's first 300 tokens would need 28 more pages in y.
+  cache->expect_acquire(300, 300);
+  cache->drain();
+  EXPECT_EQ(cache->slot_depth(y), 1 + 4);  // the 8 free pages, no more
+  EXPECT_EQ(cache->stats().pages_free, 0);
+  EXPECT_EQ(cache->stats().pages_reclaimed, 0);  // never reclaims
+  EXPECT_EQ(cache->slot_depth(a), 15);
+  EXPECT_EQ(cache->prewarm_stats().pages, 8);
+  EXPECT_EQ(cache->free_tokens(), cache->tokens_for_pages(5));  // held, not promised
+
+  // Someone else's growth takes them back like any idle slot's pages.
+  const int b = *cache->acquire(0);
+  EXPECT_NE(b, y);
+  ASSERT_TRUE(cache->ensure(b, 100).ok());  // 5 depth steps
+  EXPECT_EQ(cache->slot_depth(y), 0);
+  EXPECT_EQ(cache->stats().pages_reclaimed, 10);
+  EXPECT_EQ(provider->ledger().pages_mapped_now, cache->stats().pages_mapped);
+  ASSERT_TRUE(cache->check_invariants().ok());
+}
+
+TEST(KvCachePrewarm, AnAcquireDuringAChunkNeverGetsItsPages) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache =
+      make_cache(small_config(KvLayout::all_layers, GrowthMode::background, 200), provider);
+  provider->gate_next_map();
+  cache->expect_acquire(300, 300);
+  ASSERT_TRUE(provider->wait_map_gated(std::chrono::seconds(5))) << "no pre-mapping started";
+  // The mapper is inside a chunk for the slot acquire(300) picks: take it.
+  const int s = *cache->acquire(300);
+  EXPECT_EQ(cache->slot_depth(s), 0);
+  provider->open_map();
+  cache->settle_prewarm();
+  // The chunk is unmapped again instead of landing on the new owner.
+  EXPECT_EQ(cache->slot_depth(s), 0);
+  EXPECT_EQ(cache->backed_tokens(s), 0);
+  EXPECT_EQ(cache->prewarm_stats().hits, 0);
+  EXPECT_GT(cache->stats().pages_unmapped_total, 0);
+  EXPECT_EQ(provider->ledger().pages_mapped_now, cache->stats().pages_mapped);
+  ASSERT_TRUE(cache->check_invariants().ok());
+  // Its own growth works as usual.
+  const SlotTokens mine[] = {{s, 50}};
+  auto ticket = cache->prepare(mine);
+  ASSERT_TRUE(ticket.ok());
+  ASSERT_TRUE(cache->wait(*ticket).ok());
+  EXPECT_GE(cache->backed_tokens(s), 50);
+  cache->drain();
+  ASSERT_TRUE(cache->check_invariants().ok());
+  EXPECT_EQ(provider->ledger().double_maps, 0);
+}
+
+TEST(KvCachePrewarm, SettleWaitsForTheChunkInFlightThenFreeSlotsStayPut) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache =
+      make_cache(small_config(KvLayout::all_layers, GrowthMode::background, 200), provider);
+  provider->gate_next_map();
+  cache->expect_acquire(300, 300);
+  ASSERT_TRUE(provider->wait_map_gated(std::chrono::seconds(5)));
+  auto settled = std::async(std::launch::async, [&] { cache->settle_prewarm(); });
+  EXPECT_EQ(settled.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  provider->open_map();
+  settled.get();
+  // The chunk in flight landed (its slot is still free); nothing more follows.
+  const std::vector<std::int64_t> now = depths(*cache);
+  const std::int64_t chunk = KvCache::kPrewarmChunkPages / cache->num_regions();
+  EXPECT_EQ(*std::max_element(now.begin(), now.end()), chunk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cache->drain();
+  EXPECT_EQ(depths(*cache), now);
+  EXPECT_EQ(cache->prewarm_stats().pages, KvCache::kPrewarmChunkPages);
+  ASSERT_TRUE(cache->check_invariants().ok());
+}
+
+TEST(KvCachePrewarm, SynchronousModeIgnoresTheHint) {
+  auto cache = make_cache(small_config(KvLayout::all_layers, GrowthMode::synchronous, 200),
+                          make_host_provider(4096));
+  cache->expect_acquire(300, 300);
+  cache->settle_prewarm();
+  cache->drain();
+  EXPECT_EQ(cache->stats().pages_mapped, 0);
+  EXPECT_EQ(cache->prewarm_stats().pages, 0);
+}
+
+TEST(KvCachePrepare, LookaheadInFlightWhenTheSlotIsReleasedNeverRaisesItsHeldDepth) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache =
+      make_cache(small_config(KvLayout::all_layers, GrowthMode::background, 200), provider);
+  const int a = *cache->acquire(300);
+  ASSERT_TRUE(cache->ensure(a, 20).ok());
+  const std::int64_t depth = cache->slot_depth(a);
+  provider->gate_next_map();
+  const SlotTokens next[] = {{a, 20, 250}};  // backed; 250 ahead
+  EXPECT_EQ(*cache->prepare(next), 0u);
+  ASSERT_TRUE(provider->wait_map_gated(std::chrono::seconds(5)));
+  ASSERT_TRUE(cache->release(a, nullptr).ok());
+  provider->open_map();
+  cache->drain();
+  // Admission budgeted for what the released slot held; nothing lands later.
+  EXPECT_EQ(cache->slot_depth(a), depth);
+  EXPECT_EQ(provider->ledger().pages_mapped_now, cache->stats().pages_mapped);
+  ASSERT_TRUE(cache->check_invariants().ok());
 }
 
 }  // namespace
