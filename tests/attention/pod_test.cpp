@@ -496,87 +496,88 @@ TEST(PodPlanTest, SerialPlansLeaveTheDeepDecodeKernelToContiguousCaches) {
   o.decode_deep = false;
   EXPECT_NE(PodPlan::create(decodes, dims, o)->attention().decode_kernel(),
             DecodeKernel::tile_deep);
+}
 
-  TEST(PodPlanTest, RejectsBadOptions) {
-    const AttentionDims dims{32, 8, 128, DType::f16};
-    const HybridBatch batch = make_batch({{0, 10}}, {10});
-    PodOptions o = pod_options();
-    o.device.num_sms = 0;
-    EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
-    o = pod_options();
-    o.virtual_decode = 3;
-    EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
-    o = pod_options();
-    o.decode_splits = -1;
-    EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
-    o = pod_options();
-    o.device.ctas_per_sm[2] = 0;
-    o.virtual_decode = 2;
-    EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
-    EXPECT_EQ(PodPlan::create(batch, {32, 8, 96, DType::f16}, pod_options()).status().code(),
-              StatusCode::unimplemented);
-  }
+TEST(PodPlanTest, RejectsBadOptions) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  const HybridBatch batch = make_batch({{0, 10}}, {10});
+  PodOptions o = pod_options();
+  o.device.num_sms = 0;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.virtual_decode = 3;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.decode_splits = -1;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  o = pod_options();
+  o.device.ctas_per_sm[2] = 0;
+  o.virtual_decode = 2;
+  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(PodPlan::create(batch, {32, 8, 96, DType::f16}, pod_options()).status().code(),
+            StatusCode::unimplemented);
+}
 
-  TEST(PodPlanTest, ModeAndRatioNames) {
-    EXPECT_EQ(parse_attention_mode("pod").value(), AttentionMode::pod);
-    EXPECT_EQ(parse_attention_mode("serial").value(), AttentionMode::serial);
-    EXPECT_FALSE(parse_attention_mode("fused").ok());
-    EXPECT_STREQ(attention_mode_name(AttentionMode::pod), "pod");
-    EXPECT_EQ(parse_pod_ratio("proportional").value(), PodRatio::proportional);
-    EXPECT_EQ(parse_pod_ratio("50:50").value(), PodRatio::even);
-    EXPECT_FALSE(parse_pod_ratio("3:1").ok());
-  }
+TEST(PodPlanTest, ModeAndRatioNames) {
+  EXPECT_EQ(parse_attention_mode("pod").value(), AttentionMode::pod);
+  EXPECT_EQ(parse_attention_mode("serial").value(), AttentionMode::serial);
+  EXPECT_FALSE(parse_attention_mode("fused").ok());
+  EXPECT_STREQ(attention_mode_name(AttentionMode::pod), "pod");
+  EXPECT_EQ(parse_pod_ratio("proportional").value(), PodRatio::proportional);
+  EXPECT_EQ(parse_pod_ratio("50:50").value(), PodRatio::even);
+  EXPECT_FALSE(parse_pod_ratio("3:1").ok());
+}
 
-  // The launcher rejects bad inputs before touching the GPU.
-  TEST(PodLaunchTest, ValidatesInputs) {
-    const AttentionDims dims{8, 2, 128, DType::f16};
-    const HybridBatch batch = make_batch({{0, 16}}, {20});
-    const int tokens = batch.num_tokens();
-    auto plan = PodPlan::create(batch, dims, pod_options()).value();
-    alignas(16) static std::uint16_t fake[1 << 16];
-    const TensorView q(fake, DType::f16, {tokens, 8, 128}, Device::cuda);
-    KvLayerView kv;
-    kv.k = fake;
-    kv.v = fake;
-    kv.dtype = DType::f16;
-    kv.device = Device::cuda;
-    kv.num_slots = 2;
-    kv.max_ctx = 64;
-    kv.num_kv_heads = 2;
-    kv.head_dim = 128;
-    kv.head_stride = 128;
-    kv.token_stride = 256;
-    kv.slot_stride = 256 * 64;
-    const AttentionBuffers buffers{fake, sizeof fake, fake, sizeof fake};
-    const PodCounters no_counters;
-    // No counters.
-    Status s = pod(plan, buffers, no_counters, q, kv, q, 0.1f, nullptr);
-    EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
-    EXPECT_NE(s.message().find("counters"), std::string::npos) << s.to_string();
-    // A serial plan.
-    PodOptions serial = pod_options();
-    serial.mode = AttentionMode::serial;
-    auto splan = PodPlan::create(batch, dims, serial).value();
-    EXPECT_EQ(pod(splan, buffers, no_counters, q, kv, q, 0.1f, nullptr).code(),
-              StatusCode::invalid_argument);
-    // Wrong dtype, wrong heads, host memory, bad scale.
-    const TensorView q_bf16(fake, DType::bf16, {tokens, 8, 128}, Device::cuda);
-    EXPECT_EQ(pod(plan, buffers, no_counters, q_bf16, kv, q, 0.1f, nullptr).code(),
-              StatusCode::invalid_argument);
-    const TensorView q_heads(fake, DType::f16, {tokens, 4, 128}, Device::cuda);
-    EXPECT_EQ(pod(plan, buffers, no_counters, q_heads, kv, q, 0.1f, nullptr).code(),
-              StatusCode::invalid_argument);
-    const TensorView q_host(fake, DType::f16, {tokens, 8, 128}, Device::cpu);
-    EXPECT_EQ(pod(plan, buffers, no_counters, q_host, kv, q, 0.1f, nullptr).code(),
-              StatusCode::invalid_argument);
-    EXPECT_EQ(pod(plan, buffers, no_counters, q, kv, q, -1.f, nullptr).code(),
-              StatusCode::invalid_argument);
-    // KV view too short for the batch.
-    KvLayerView short_kv = kv;
-    short_kv.max_ctx = 10;
-    EXPECT_EQ(pod(plan, buffers, no_counters, q, short_kv, q, 0.1f, nullptr).code(),
-              StatusCode::out_of_range);
-  }
+// The launcher rejects bad inputs before touching the GPU.
+TEST(PodLaunchTest, ValidatesInputs) {
+  const AttentionDims dims{8, 2, 128, DType::f16};
+  const HybridBatch batch = make_batch({{0, 16}}, {20});
+  const int tokens = batch.num_tokens();
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();
+  alignas(16) static std::uint16_t fake[1 << 16];
+  const TensorView q(fake, DType::f16, {tokens, 8, 128}, Device::cuda);
+  KvLayerView kv;
+  kv.k = fake;
+  kv.v = fake;
+  kv.dtype = DType::f16;
+  kv.device = Device::cuda;
+  kv.num_slots = 2;
+  kv.max_ctx = 64;
+  kv.num_kv_heads = 2;
+  kv.head_dim = 128;
+  kv.head_stride = 128;
+  kv.token_stride = 256;
+  kv.slot_stride = 256 * 64;
+  const AttentionBuffers buffers{fake, sizeof fake, fake, sizeof fake};
+  const PodCounters no_counters;
+  // No counters.
+  Status s = pod(plan, buffers, no_counters, q, kv, q, 0.1f, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
+  EXPECT_NE(s.message().find("counters"), std::string::npos) << s.to_string();
+  // A serial plan.
+  PodOptions serial = pod_options();
+  serial.mode = AttentionMode::serial;
+  auto splan = PodPlan::create(batch, dims, serial).value();
+  EXPECT_EQ(pod(splan, buffers, no_counters, q, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  // Wrong dtype, wrong heads, host memory, bad scale.
+  const TensorView q_bf16(fake, DType::bf16, {tokens, 8, 128}, Device::cuda);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_bf16, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  const TensorView q_heads(fake, DType::f16, {tokens, 4, 128}, Device::cuda);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_heads, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  const TensorView q_host(fake, DType::f16, {tokens, 8, 128}, Device::cpu);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q_host, kv, q, 0.1f, nullptr).code(),
+            StatusCode::invalid_argument);
+  EXPECT_EQ(pod(plan, buffers, no_counters, q, kv, q, -1.f, nullptr).code(),
+            StatusCode::invalid_argument);
+  // KV view too short for the batch.
+  KvLayerView short_kv = kv;
+  short_kv.max_ctx = 10;
+  EXPECT_EQ(pod(plan, buffers, no_counters, q, short_kv, q, 0.1f, nullptr).code(),
+            StatusCode::out_of_range);
+}
 
 }  // namespace
 }  // namespace vpod::attention
