@@ -471,7 +471,8 @@ def offline(rep, res):
             row.append("-" if r is None else f"{r['makespan_s']:.1f} s")
         pod = groups[key].get("vattn+pod")
         ratio = base["makespan_s"] / pod["makespan_s"] if base and pod else None
-        row.append(fmt(ratio))
+        # Three decimals: the 1.15x target must not be met by rounding (1.147 -> 1.15).
+        row.append(fmt(ratio, 3))
         table.append(row)
         if ratio is not None and key[1] >= 16384:
             verdicts.append((key, ratio))
@@ -489,10 +490,10 @@ def offline(rep, res):
         best = max(v[1] for v in verdicts)
         met = all(v[1] >= OFFLINE_TARGET for v in verdicts)
         cap += (f" On 16K prompts vattn+pod reaches " +
-                ", ".join(f"{v[1]:.2f}x ({v[0][0]}, P:D {fmt(v[0][2], 0)})" for v in verdicts) +
+                ", ".join(f"{v[1]:.3f}x ({v[0][0]}, P:D {fmt(v[0][2], 0)})" for v in verdicts) +
                 f"; {PAPER_OFFLINE_CLAIM}. Our target of {OFFLINE_TARGET}x is "
                 + ("met on every 16K trace." if met else
-                   f"NOT met on every 16K trace (best {best:.2f}x): we fall short of the papers here."))
+                   f"NOT met on every 16K trace (best {best:.3f}x): we fall short of the papers here."))
     rep.figure(fig, "offline_throughput.png", cap)
     rep.table(["model", "prompt", "P:D"] + [f"{m} makespan" for m in MODES] + ["vattn+pod speedup"], table)
     steps = []
