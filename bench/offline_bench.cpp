@@ -60,6 +60,7 @@ struct Args {
   std::uint64_t seed = 0;
   std::string json_path;
   std::string async_scheduling = "on";
+  std::string kv_eager_allocation = "on";
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -181,6 +182,7 @@ void run(const Args& a) {
   options.attention = a.attention;
   options.seed = a.seed;
   options.async_scheduling = a.async_scheduling == "on";
+  options.kv_eager_allocation = a.kv_eager_allocation == "on";
   const Clock::time_point load_start = Clock::now();
   auto loaded = server::EngineBackend::load(options);
   if (!loaded.ok()) fail(loaded.status().to_string());
@@ -240,6 +242,7 @@ void run(const Args& a) {
   row("Step time: forward / KV prepare (s):", fmt::format("{:.3f} / {:.3f}", forward_s, prepare_s));
   row("Step time: schedule / commit (s):", fmt::format("{:.3f} / {:.3f}", schedule_s, commit_s));
   row("Async scheduling:", a.async_scheduling);
+  if (a.kv_cache == "vattn") row("KV eager allocation:", a.kv_eager_allocation);
   row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
   row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
@@ -278,6 +281,7 @@ void run(const Args& a) {
     j["schedule_s"] = schedule_s;
     j["commit_s"] = commit_s;
     j["async_scheduling"] = a.async_scheduling;
+    j["kv_eager_allocation"] = a.kv_eager_allocation;
     j["host_hidden_s"] = hidden_s;
     j["host_exposed_s"] = exposed_s;
     j["wait_s"] = wait_s;
@@ -325,6 +329,11 @@ void add_offline_bench(CLI::App& bench) {
   cmd->add_option("--json", a->json_path, "Write the result as JSON");
   cmd->add_option("--async-scheduling", a->async_scheduling,
                   "on: a step's output work overlaps the next step's forward; off: synchronous")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-eager-allocation", a->kv_eager_allocation,
+                  "vattn: on maps the next admitted request's first chunk while steps run; off "
+                  "maps it when the request is admitted")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->callback([a] { run(*a); });

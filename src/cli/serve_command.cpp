@@ -32,6 +32,7 @@ struct ServeArgs {
   std::string model;
   std::string kv_cache_memory;  // "" or a size: 512MiB, 4GiB, 1000000
   std::string async_scheduling = "on";
+  std::string kv_eager_allocation = "on";
   std::string max_request_body = "32MiB";
   double drain_timeout_s = 30.0;
 };
@@ -141,6 +142,7 @@ void run(ServeArgs& a) {
   SignalWatcher::block_in_all_threads();
   a.engine.model_dir = a.model;
   a.engine.async_scheduling = a.async_scheduling == "on";
+  a.engine.kv_eager_allocation = a.kv_eager_allocation == "on";
   if (!a.kv_cache_memory.empty()) {
     const auto bytes = parse_size(a.kv_cache_memory);
     if (!bytes) fail("--kv-cache-memory: not a size: " + a.kv_cache_memory, 2);
@@ -228,6 +230,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--dtype", e.dtype, "GPU compute dtype: bf16, fp16, fp32 (default: the model's)");
   cmd->add_option("--kv-cache", e.kv_cache, "vattn or paged")->capture_default_str();
   cmd->add_option("--kv-layout", e.kv_layout, "all-layers or per-layer")->capture_default_str();
+  cmd->add_option("--kv-eager-allocation", a->kv_eager_allocation,
+                  "vattn: on maps the next admitted request's first chunk while steps run; off "
+                  "maps it when the request is admitted")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--attention", e.attention, "serial, simple or pod")->capture_default_str();
   cmd->add_option("--cpu-threads", e.cpu_threads, "CPU backend threads (0: all cores)")
       ->capture_default_str();

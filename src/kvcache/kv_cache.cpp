@@ -724,7 +724,7 @@ void KvCache::drain() {
 }
 
 void KvCache::expect_acquire(std::int64_t expected_tokens, std::int64_t first_tokens) {
-  if (config_.growth != GrowthMode::background) return;
+  if (config_.growth != GrowthMode::background || !config_.eager_allocation) return;
   expected_tokens = std::clamp<std::int64_t>(expected_tokens, 0, config_.max_ctx);
   first_tokens = std::clamp<std::int64_t>(first_tokens, 0, expected_tokens);
   {

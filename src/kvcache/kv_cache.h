@@ -103,6 +103,9 @@ struct KvCacheConfig {
   ReclaimPolicy reclaim = ReclaimPolicy::deferred;
   GrowthMode growth = GrowthMode::background;
   std::int64_t lookahead_tokens = 0;  // mapped ahead of prepare()'s targets
+  // Background mode: expect_acquire() pre-maps the next request's first pages
+  // (eager allocation). false ignores the hints (for comparison).
+  bool eager_allocation = true;
 };
 
 class KvCache final : public KvStore {

@@ -195,7 +195,8 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                                     .max_ctx = max_model_len,
                                                     .memory_bytes = kv_bytes,
                                                     .growth = kvcache::GrowthMode::background,
-                                                    .lookahead_tokens = kKvLookaheadTokens},
+                                                    .lookahead_tokens = kKvLookaheadTokens,
+                                                    .eager_allocation = o.kv_eager_allocation},
                                                    provider));
     s->capacity = std::make_unique<engine::KvStoreCapacity>(
         *s->cache, engine::vattn_geometry(*s->cache), /*last_reader=*/nullptr);

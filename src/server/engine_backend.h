@@ -34,9 +34,12 @@ struct EngineBackendOptions {
   std::size_t kv_cache_memory_bytes = 0;  // 0: from the GPU budget, or the CPU default
   std::string kv_cache = "vattn";         // vattn | paged
   std::string kv_layout = "all-layers";   // all-layers | per-layer
-  std::string attention = "serial";       // serial | simple | pod (pod: CUDA only)
-  int cpu_threads = 0;                    // CPU backend threads; 0: all cores
-  std::uint64_t seed = 0;                 // seeds requests that bring none
+  // vattn: pre-map the next admitted request's first chunk while steps run
+  // (KvCacheConfig::eager_allocation); off for comparison.
+  bool kv_eager_allocation = true;
+  std::string attention = "serial";  // serial | simple | pod (pod: CUDA only)
+  int cpu_threads = 0;               // CPU backend threads; 0: all cores
+  std::uint64_t seed = 0;            // seeds requests that bring none
   // --async-scheduling on|off: the engine's pipelined loop, with the model on
   // an AsyncExecutor worker thread (off: synchronous steps, no worker).
   bool async_scheduling = true;

@@ -636,6 +636,24 @@ TEST(KvCachePrewarm, SynchronousModeIgnoresTheHint) {
   EXPECT_EQ(cache->prewarm_stats().pages, 0);
 }
 
+TEST(KvCachePrewarm, EagerAllocationOffIgnoresTheHint) {
+  KvCacheConfig config = small_config(KvLayout::all_layers, GrowthMode::background, 200);
+  config.eager_allocation = false;
+  auto cache = make_cache(config, make_host_provider(4096));
+  cache->expect_acquire(300, 300);
+  cache->drain();
+  cache->settle_prewarm();
+  EXPECT_EQ(cache->stats().pages_mapped, 0);
+  EXPECT_EQ(cache->prewarm_stats().pages, 0);
+  // The same hint with eager allocation on maps pages (so the check above can fail).
+  auto eager = make_cache(small_config(KvLayout::all_layers, GrowthMode::background, 200),
+                          make_host_provider(4096));
+  eager->expect_acquire(300, 300);
+  eager->drain();
+  eager->settle_prewarm();
+  EXPECT_GT(eager->prewarm_stats().pages, 0);
+}
+
 TEST(KvCachePrepare, LookaheadInFlightWhenTheSlotIsReleasedNeverRaisesItsHeldDepth) {
   auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
   auto cache =
