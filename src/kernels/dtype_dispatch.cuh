@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "common/check.h"
 #include "common/dtype.h"
 
@@ -28,6 +30,16 @@ __device__ __forceinline__ __half from_float<__half>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Eight fp16/bf16 elements: one 16-byte load or store.
+template <typename T>
+struct alignas(16) Chunk8 {
+  T v[8];
+};
+
+__host__ __device__ inline bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
 // Sum over a block of blockDim.x threads (a multiple of 32, at most 1024).

@@ -208,8 +208,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 // Launches gemv_kernel<T, m, kNorm, kSilu> for m = 1..kMaxGemvRows.
 template <bool kNorm, bool kSilu>
 void launch_gemv(const GemvParams& p, DType dtype, int m, unsigned blocks, std::size_t smem,

@@ -112,8 +112,6 @@ void check_norm_views(const TensorView& x, const TensorView& weight, const Tenso
   VPOD_CHECK(x.dtype() == out.dtype() && weight.dtype() == x.dtype());
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 // Whether the 16-byte chunk kernel applies (fp16/bf16, aligned rows).
 bool vectorizable(const RmsNormParams& p, DType dtype, bool add) {
   if (dtype == DType::f32 || p.dim % 8 != 0 || !aligned16(p.weight) || !aligned16(p.out) ||

@@ -12,11 +12,6 @@
 
 namespace vpod::kernels {
 
-template <typename T>
-struct alignas(16) Chunk8 {
-  T v[8];
-};
-
 // h = src (+ delta), rounded to T, stored to dst and (if set) dst2; returns
 // the block's sum of h^2 (every thread gets it). dst may alias src.
 template <typename T>

@@ -1,6 +1,9 @@
 // RoPE on q and k fused with the append of k and v to the KV cache: one CTA
 // per token; the rotated k is written to the cache (and back in place, for
-// attention kernels that read the step's k directly).
+// attention kernels that read the step's k directly). fp16/bf16 heads with
+// 16-byte aligned rows go through the chunked kernel: the token's cos/sin
+// table is computed once into shared memory (not once per head), and each
+// thread rotates eight pairs with 16-byte loads and stores.
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/pdl.cuh"
@@ -28,6 +31,18 @@ struct RopeKernelParams {
   bool early_trigger;
 };
 
+// Element offset of a token's row in the cache (contiguous or paged).
+__device__ __forceinline__ std::int64_t cache_row_of(const RopeKernelParams& p, int slot,
+                                                     int index) {
+  if (p.block_table == nullptr) {
+    return slot * p.slot_stride + static_cast<std::int64_t>(index) * p.token_stride;
+  }
+  const std::int64_t block =
+      p.block_table[static_cast<std::int64_t>(slot) * p.table_stride + (index >> p.block_shift)];
+  return block * p.slot_stride +
+         static_cast<std::int64_t>(index & ((1 << p.block_shift) - 1)) * p.token_stride;
+}
+
 template <typename T>
 __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p) {
   if (p.early_trigger) pdl_trigger();
@@ -36,18 +51,7 @@ __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p
   const int half = p.head_dim / 2;
   const float pos = static_cast<float>(p.positions[t]);
   const int slot = p.slots[t];
-  std::int64_t cache_row = 0;
-  if (slot >= 0) {
-    const int index = p.kv_index[t];
-    if (p.block_table == nullptr) {
-      cache_row = slot * p.slot_stride + static_cast<std::int64_t>(index) * p.token_stride;
-    } else {
-      const std::int64_t block = p.block_table[static_cast<std::int64_t>(slot) * p.table_stride +
-                                               (index >> p.block_shift)];
-      cache_row = block * p.slot_stride +
-                  static_cast<std::int64_t>(index & ((1 << p.block_shift) - 1)) * p.token_stride;
-    }
-  }
+  const std::int64_t cache_row = slot >= 0 ? cache_row_of(p, slot, p.kv_index[t]) : 0;
   T* q = static_cast<T*>(p.q) + t * p.q_stride;
   T* k = static_cast<T*>(p.k) + t * p.k_stride;
   const T* v = static_cast<const T*>(p.v) + t * p.v_stride;
@@ -81,6 +85,78 @@ __global__ void rope_kv_append_kernel(const __grid_constant__ RopeKernelParams p
     const int d = idx % p.head_dim;
     cv[cache_row + static_cast<std::int64_t>(h) * p.head_stride + d] = v[idx];
   }
+}
+
+constexpr int kMaxHalf = 256;  // head_dim <= 512
+
+template <typename T>
+__global__ void rope_kv_append_vec_kernel(const __grid_constant__ RopeKernelParams p) {
+  __shared__ float2 cos_sin[kMaxHalf];
+  if (p.early_trigger) pdl_trigger();
+  pdl_wait();
+  const int t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    cos_sin[i] = make_float2(c, s);
+  }
+  const int slot = p.slots[t];
+  const std::int64_t cache_row = slot >= 0 ? cache_row_of(p, slot, p.kv_index[t]) : 0;
+  T* q = static_cast<T*>(p.q) + t * p.q_stride;
+  T* k = static_cast<T*>(p.k) + t * p.k_stride;
+  const T* v = static_cast<const T*>(p.v) + t * p.v_stride;
+  __syncthreads();
+  // Tasks (head, g): eight rotation pairs (i, i + half), i = 8g .. 8g + 7, for
+  // q heads then k heads.
+  const int groups = half / 8;
+  const int tasks = (p.q_heads + p.kv_heads) * groups;
+  for (int idx = threadIdx.x; idx < tasks; idx += blockDim.x) {
+    const int head = idx / groups;
+    const int i0 = (idx % groups) * 8;
+    const bool is_q = head < p.q_heads;
+    const int h = is_q ? head : head - p.q_heads;
+    T* x = (is_q ? q : k) + static_cast<std::int64_t>(h) * p.head_dim;
+    const Chunk8<T> a = *reinterpret_cast<const Chunk8<T>*>(x + i0);
+    const Chunk8<T> b = *reinterpret_cast<const Chunk8<T>*>(x + i0 + half);
+    Chunk8<T> ra, rb;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 cs = cos_sin[i0 + j];
+      const float fa = to_float(a.v[j]);
+      const float fb = to_float(b.v[j]);
+      ra.v[j] = from_float<T>(fa * cs.x - fb * cs.y);
+      rb.v[j] = from_float<T>(fb * cs.x + fa * cs.y);
+    }
+    *reinterpret_cast<Chunk8<T>*>(x + i0) = ra;
+    *reinterpret_cast<Chunk8<T>*>(x + i0 + half) = rb;
+    if (!is_q && slot >= 0) {
+      T* dst =
+          static_cast<T*>(p.cache_k) + cache_row + static_cast<std::int64_t>(h) * p.head_stride;
+      *reinterpret_cast<Chunk8<T>*>(dst + i0) = ra;
+      *reinterpret_cast<Chunk8<T>*>(dst + i0 + half) = rb;
+    }
+  }
+  if (slot < 0) return;
+  const int chunks = p.kv_heads * p.head_dim / 8;
+  for (int idx = threadIdx.x; idx < chunks; idx += blockDim.x) {
+    const int h = idx / (p.head_dim / 8);
+    const int d = (idx % (p.head_dim / 8)) * 8;
+    *reinterpret_cast<Chunk8<T>*>(static_cast<T*>(p.cache_v) + cache_row +
+                                  static_cast<std::int64_t>(h) * p.head_stride + d) =
+        *reinterpret_cast<const Chunk8<T>*>(v + static_cast<std::int64_t>(h) * p.head_dim + d);
+  }
+}
+
+// Whether the chunked kernel applies: fp16/bf16, head_dim a multiple of 16
+// (eight pairs per task) up to 512, and every row and head 16-byte aligned.
+bool vectorizable(const RopeKernelParams& p, DType dtype) {
+  const bool strides = p.q_stride % 8 == 0 && p.k_stride % 8 == 0 && p.v_stride % 8 == 0 &&
+                       p.slot_stride % 8 == 0 && p.token_stride % 8 == 0 && p.head_stride % 8 == 0;
+  return dtype != DType::f32 && p.head_dim % 16 == 0 && p.head_dim / 2 <= kMaxHalf && strides &&
+         aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.cache_k) &&
+         aligned16(p.cache_v);
 }
 
 }  // namespace
@@ -128,11 +204,19 @@ void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
   p.kv_heads = a.kv.num_kv_heads;
   p.head_dim = a.kv.head_dim;
   p.early_trigger = a.launch.pdl_early_trigger;
-  constexpr int kThreads = 256;
-  VPOD_DISPATCH_DTYPE(q.dtype(), T, {
-    VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_kernel<T>, dim3(tokens), dim3(kThreads), 0,
-                                  stream, a.launch.pdl, p));
-  });
+  if (vectorizable(p, q.dtype())) {
+    constexpr int kThreads = 128;
+    VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+      VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_vec_kernel<T>, dim3(tokens), dim3(kThreads), 0,
+                                    stream, a.launch.pdl, p));
+    });
+  } else {
+    constexpr int kThreads = 256;
+    VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+      VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_kernel<T>, dim3(tokens), dim3(kThreads), 0,
+                                    stream, a.launch.pdl, p));
+    });
+  }
   VPOD_CUDA_CHECK_LAUNCH();
 }
 
