@@ -15,6 +15,7 @@
 // paged where the backend has no paged attention for the head size) is
 // refused with the reason, as `vpod serve` refuses it: no number is
 // reported for a mode that did not run.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -220,6 +221,15 @@ void run(const Args& a) {
   const double exposed_s =
       after.step_time_total.host_exposed_s - before.step_time_total.host_exposed_s;
   const auto preemptions = after.num_preemptions - before.num_preemptions;
+  std::array<std::uint64_t, engine::kNumStepKinds> kinds{};
+  for (int i = 0; i < engine::kNumStepKinds; ++i)
+    kinds[i] = after.steps_by_kind[i] - before.steps_by_kind[i];
+  const auto hybrid_steps = kinds[static_cast<int>(engine::StepKind::hybrid)];
+  const double hybrid_decodes =
+      hybrid_steps > 0
+          ? static_cast<double>(after.hybrid_step_decodes - before.hybrid_step_decodes) /
+                static_cast<double>(hybrid_steps)
+          : 0.0;
   const int n = static_cast<int>(lengths.size());
   const std::string mode = a.kv_cache + "+" + a.attention;
   const std::string model_name = std::filesystem::path(a.model).filename().string();
@@ -239,6 +249,10 @@ void run(const Args& a) {
       fmt::format("{:.1f}", (prompt_tokens + output_tokens) / makespan_s));
   row("Engine steps:", fmt::format("{:.0f}", steps));
   row("Mean step (ms):", fmt::format("{:.3f}", steps > 0 ? makespan_s / steps * 1e3 : 0.0));
+  row("Steps: hybrid / decode / prefill only:",
+      fmt::format("{} / {} / {}", hybrid_steps, kinds[static_cast<int>(engine::StepKind::decode)],
+                  kinds[static_cast<int>(engine::StepKind::prefill)]));
+  row("Mean decodes per hybrid step:", fmt::format("{:.1f}", hybrid_decodes));
   row("Step time: forward / KV prepare (s):", fmt::format("{:.3f} / {:.3f}", forward_s, prepare_s));
   row("Step time: schedule / commit (s):", fmt::format("{:.3f} / {:.3f}", schedule_s, commit_s));
   row("Async scheduling:", a.async_scheduling);
@@ -276,6 +290,11 @@ void run(const Args& a) {
     j["output_tokens_per_s"] = output_tokens / makespan_s;
     j["total_tokens_per_s"] = (prompt_tokens + output_tokens) / makespan_s;
     j["num_steps"] = steps;
+    for (int i = 0; i < engine::kNumStepKinds; ++i) {
+      j[fmt::format("num_{}_steps", engine::step_kind_name(static_cast<engine::StepKind>(i)))] =
+          kinds[i];
+    }
+    j["mean_decodes_per_hybrid_step"] = hybrid_decodes;
     j["forward_s"] = forward_s;
     j["prepare_s"] = prepare_s;
     j["schedule_s"] = schedule_s;

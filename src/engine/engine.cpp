@@ -276,6 +276,8 @@ bool Engine::step() {
   t.host_exposed_s += t.schedule_s + t.prepare_s;
   (overlapped ? t.host_hidden_s : t.host_exposed_s) += outputs_s;
   metrics_.add_step(t, !step.empty());
+  if (!step.empty())
+    metrics_.count_step_kind(step.batch.prefills.size(), step.batch.decodes.size());
   return true;
 }
 

@@ -107,6 +107,24 @@ void EngineMetrics::add_step(const StepTimes& t, bool launched) {
   num_steps.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::string_view step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::prefill: return "prefill";
+    case StepKind::decode: return "decode";
+    case StepKind::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+void EngineMetrics::count_step_kind(std::size_t prefills, std::size_t decodes) {
+  if (prefills == 0 && decodes == 0) return;
+  const StepKind kind = prefills == 0  ? StepKind::decode
+                        : decodes == 0 ? StepKind::prefill
+                                       : StepKind::hybrid;
+  steps_by_kind[static_cast<int>(kind)].fetch_add(1, std::memory_order_relaxed);
+  if (kind == StepKind::hybrid) hybrid_step_decodes.fetch_add(decodes, std::memory_order_relaxed);
+}
+
 void EngineMetrics::count_finished(FinishReason reason) {
   requests_finished[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
 }
@@ -128,6 +146,9 @@ MetricsSnapshot EngineMetrics::snapshot() const {
   for (int i = 0; i < kNumFinishReasons; ++i)
     m.requests_finished[i] = requests_finished[i].load(std::memory_order_relaxed);
   m.num_steps = num_steps.load(std::memory_order_relaxed);
+  for (int i = 0; i < kNumStepKinds; ++i)
+    m.steps_by_kind[i] = steps_by_kind[i].load(std::memory_order_relaxed);
+  m.hybrid_step_decodes = hybrid_step_decodes.load(std::memory_order_relaxed);
   m.step_time_total.schedule_s = schedule_s_.load(std::memory_order_relaxed);
   m.step_time_total.prepare_s = prepare_s_.load(std::memory_order_relaxed);
   m.step_time_total.forward_s = forward_s_.load(std::memory_order_relaxed);
@@ -183,6 +204,19 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix)
                    m.step_duration_s);
 
   append_scalar(out, p + "steps_total", "counter", "Engine steps run.", m.num_steps);
+  const std::string kinds = p + "steps_by_kind_total";
+  out += "# HELP " + kinds +
+         " Engine steps by what they computed: prompt chunks only (prefill), decodes only "
+         "(decode), or both (hybrid).\n";
+  out += "# TYPE " + kinds + " counter\n";
+  for (int i = 0; i < kNumStepKinds; ++i) {
+    out += kinds + "{kind=\"" + std::string(step_kind_name(static_cast<StepKind>(i))) + "\"} " +
+           std::to_string(m.steps_by_kind[i]) + "\n";
+  }
+  append_scalar(
+      out, p + "hybrid_step_decodes_total", "counter",
+      "Decodes summed over hybrid steps (divided by the hybrid steps: their mean decodes).",
+      m.hybrid_step_decodes);
   const std::string phase = p + "step_phase_seconds_total";
   out += "# HELP " + phase + " Engine step time by phase.\n";
   out += "# TYPE " + phase + " counter\n";

@@ -40,6 +40,12 @@ class Histogram {
 // Number of FinishReason values, for per-reason counters.
 inline constexpr int kNumFinishReasons = 5;
 
+// What a launched step computed: prompt chunks only, decodes only, or both
+// (a hybrid batch: the steps POD-Attention fuses).
+enum class StepKind : std::uint8_t { prefill, decode, hybrid };
+inline constexpr int kNumStepKinds = 3;
+std::string_view step_kind_name(StepKind kind);  // "prefill" | "decode" | "hybrid"
+
 struct StepTimes {
   double schedule_s = 0.0;  // scheduler.schedule (policy + batch layout), inbox, releases
   double prepare_s = 0.0;   // kv.prepare (critical-path part of KV growth)
@@ -74,7 +80,9 @@ struct MetricsSnapshot {
   std::uint64_t generation_tokens = 0;
   std::array<std::uint64_t, kNumFinishReasons> requests_finished{};  // by FinishReason
   std::uint64_t num_steps = 0;
-  StepTimes step_time_total;  // summed over all steps
+  std::array<std::uint64_t, kNumStepKinds> steps_by_kind{};  // by StepKind
+  std::uint64_t hybrid_step_decodes = 0;                     // decodes summed over hybrid steps
+  StepTimes step_time_total;                                 // summed over all steps
 };
 
 class EngineMetrics {
@@ -97,11 +105,15 @@ class EngineMetrics {
   std::atomic<std::uint64_t> generation_tokens{0};
   std::array<std::atomic<std::uint64_t>, kNumFinishReasons> requests_finished{};
   std::atomic<std::uint64_t> num_steps{0};
+  std::array<std::atomic<std::uint64_t>, kNumStepKinds> steps_by_kind{};
+  std::atomic<std::uint64_t> hybrid_step_decodes{0};
 
   // `launched`: the step ran a forward (counted in num_steps and the step
   // duration histogram); a pipelined loop's last call only collects.
   void add_step(const StepTimes& t, bool launched = true);
   void count_finished(FinishReason reason);
+  // A launched step of `prefills` prompt chunks and `decodes` decodes.
+  void count_step_kind(std::size_t prefills, std::size_t decodes);
   MetricsSnapshot snapshot() const;
 
  private:

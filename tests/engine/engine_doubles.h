@@ -140,6 +140,14 @@ class HashModel final : public ModelExecutor {
                  std::span<SampledToken> out) override {
     ++num_forwards;
     if (fail_at_forward == num_forwards) return internal_error("injected device failure");
+    if (batch.decodes.empty()) {
+      ++prefill_only_forwards;
+    } else if (batch.prefills.empty()) {
+      ++decode_only_forwards;
+    } else {
+      ++hybrid_forwards;
+      hybrid_decodes += static_cast<long>(batch.decodes.size());
+    }
     EXPECT_EQ(samples.size(), out.size());
     EXPECT_EQ(batch.token_ids.size(), batch.positions.size());
     // The flattened list: prefill chunks in order, then decodes.
@@ -194,6 +202,9 @@ class HashModel final : public ModelExecutor {
   int num_forwards = 0;
   int fail_at_forward = -1;  // 1-based forward call that fails
   long tokens_computed = 0;
+  // By what the batch holds: prompt chunks only, decodes only, or both.
+  int prefill_only_forwards = 0, decode_only_forwards = 0, hybrid_forwards = 0;
+  long hybrid_decodes = 0;
 
  private:
   static bool is_in(std::span<const std::int32_t> ids, std::int32_t t) {

@@ -483,6 +483,17 @@ TEST(Engine, MetricsCountWhatHappened) {
   EXPECT_EQ(m.num_steps, static_cast<std::uint64_t>(rig.model.num_forwards));
   EXPECT_GT(m.step_time_total.forward_s, 0.0);
   EXPECT_EQ(m.step_duration_s.count, m.num_steps);
+  // Every launched step is of one kind, as the model saw it.
+  EXPECT_EQ(m.steps_by_kind[0] + m.steps_by_kind[1] + m.steps_by_kind[2], m.num_steps);
+  EXPECT_EQ(m.steps_by_kind[static_cast<int>(StepKind::prefill)],
+            static_cast<std::uint64_t>(rig.model.prefill_only_forwards));
+  EXPECT_EQ(m.steps_by_kind[static_cast<int>(StepKind::decode)],
+            static_cast<std::uint64_t>(rig.model.decode_only_forwards));
+  EXPECT_EQ(m.steps_by_kind[static_cast<int>(StepKind::hybrid)],
+            static_cast<std::uint64_t>(rig.model.hybrid_forwards));
+  EXPECT_EQ(m.hybrid_step_decodes, static_cast<std::uint64_t>(rig.model.hybrid_decodes));
+  EXPECT_GT(rig.model.hybrid_forwards, 0);  // ten requests, eight slots: chunks meet decodes
+  EXPECT_GT(rig.model.decode_only_forwards, 0);
 
   const std::string text = format_prometheus(m);
   for (const char* name :
@@ -494,6 +505,7 @@ TEST(Engine, MetricsCountWhatHappened) {
         "vpod_request_success_total{finished_reason=\"length\"} 10",
         "# TYPE vpod_inter_token_latency_seconds histogram",
         "vpod_step_phase_seconds_total{phase=\"forward\"}",
+        "# TYPE vpod_steps_by_kind_total counter", "vpod_hybrid_step_decodes_total ",
         "vpod_step_host_seconds_total{overlap=\"hidden\"} ",
         "vpod_step_host_seconds_total{overlap=\"exposed\"} "})
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
