@@ -501,16 +501,24 @@ def offline(rep, res):
         for mode in MODES:
             r = groups[key].get(mode)
             if r is not None and num(r, "forward_s") is not None:
-                steps.append([key[0], key[1], mode, int(num(r, "num_steps") or 0), fmt(num(r, "forward_s"), 2),
+                hybrid = num(r, "num_hybrid_steps")  # absent before the step-mix counters
+                steps.append([key[0], key[1], mode, int(num(r, "num_steps") or 0),
+                              "-" if hybrid is None else int(hybrid),
+                              fmt(num(r, "mean_decodes_per_hybrid_step"), 1), fmt(num(r, "forward_s"), 2),
                               fmt(num(r, "prepare_s"), 2), fmt(num(r, "host_exposed_s"), 2),
                               fmt(num(r, "host_hidden_s"), 2)])
     if steps:
         rep.text("Where the makespan went (seconds summed over the run's engine steps): the model's "
                  "forward, the KV cache's `prepare` (vAttention: waiting for pages the step needs that "
                  "background growth has not mapped yet), and host work left exposed or hidden under the "
-                 "GPU by the pipelined engine loop.")
-        rep.table(["model", "prompt", "mode", "steps", "forward s", "KV prepare s", "host exposed s",
-                   "host hidden s"], steps)
+                 "GPU by the pipelined engine loop. POD acts only on hybrid steps (prompt chunks and decodes "
+                 "together), and gains more the more decodes they carry.")
+        header = ["model", "prompt", "mode", "steps", "hybrid steps", "decodes per hybrid step",
+                  "forward s", "KV prepare s", "host exposed s", "host hidden s"]
+        if all(row[4] == "-" for row in steps):  # runs from before the step-mix counters
+            header = header[:4] + header[6:]
+            steps = [row[:4] + row[6:] for row in steps]
+        rep.table(header, steps)
 
 
 # --------------------------------------------------------------------------- online
