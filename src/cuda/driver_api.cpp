@@ -50,6 +50,7 @@ Result<DriverApi> load_driver_api() {
   VPOD_RETURN_IF_ERROR(load_symbol("cuMemMap", api.cuMemMap));
   VPOD_RETURN_IF_ERROR(load_symbol("cuMemUnmap", api.cuMemUnmap));
   VPOD_RETURN_IF_ERROR(load_symbol("cuMemSetAccess", api.cuMemSetAccess));
+  VPOD_RETURN_IF_ERROR(load_symbol("cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled));
   VPOD_CU_RETURN_IF_ERROR(api.cuInit(0), StatusCode::unavailable);
   return api;
 }

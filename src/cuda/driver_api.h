@@ -1,7 +1,8 @@
 // The CUDA driver API, reached through cudaGetDriverEntryPointByVersion so that
 // vpod never links libcuda: on a machine with no driver, load() returns a
 // Status and the CPU backend is used. Only the entry points vpod needs are
-// listed (VMM for the KV cache, attributes for `vpod info`).
+// listed (VMM for the KV cache, attributes for `vpod info`, TMA descriptors
+// for the attention kernels' K/V loads).
 #pragma once
 
 #include <cuda.h>
@@ -25,6 +26,7 @@ struct DriverApi {
   PFN_cuMemMap_v10020 cuMemMap = nullptr;
   PFN_cuMemUnmap_v10020 cuMemUnmap = nullptr;
   PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
+  PFN_cuTensorMapEncodeTiled_v12000 cuTensorMapEncodeTiled = nullptr;
 };
 
 // Loads the table once (thread-safe) and returns it, or the reason it cannot:

@@ -6,6 +6,8 @@
 // naive same-precision implementation against fp64, plus FlashAttention-3's
 // small atol. Property checks: chunked prefill == one-shot prefill, decode ==
 // one-token prefill, paged == contiguous (bitwise), graph replay == launch.
+// On sm_90 the contiguous prefill tile loads K/V with TMA and the paged one
+// with cp.async, so paged == contiguous also checks TMA against cp.async.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -22,6 +24,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/attention_reference.h"
+#include "kernels/attention/kv_tensor_map.h"
 #include "kernels/attention_test_util.h"
 #include "support/gpu.h"
 
@@ -606,6 +609,48 @@ TEST(AttentionGpuTest, LongPromptsAndForcedSplits) {
                 rng, "forced-splits");
   run_and_check({8, 8, 64, DType::bf16}, KvLayout::per_layer, sweep_batch(), {num_sms(), 0, 64},
                 rng, "forced-splits-max");
+}
+
+// Contiguous caches of both layouts (GQA and MQA, fp16 and bf16, head_dim
+// 64 and 128) get TMA descriptors on sm_90; shapes the 64-dim box cannot
+// express, 4-byte elements and host memory are refused with a reason.
+TEST(AttentionGpuTest, ContiguousCachesGetTmaDescriptors) {
+  VPOD_REQUIRE_GPU();
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major < 9) GTEST_SKIP() << "TMA needs compute capability 9.0, this GPU has " << major;
+  auto rng = fresh_rng();
+  for (auto [dims, layout] :
+       {std::pair{AttentionDims{32, 8, 128, DType::bf16}, KvLayout::per_layer},
+        std::pair{AttentionDims{32, 8, 128, DType::f16}, KvLayout::all_layers},
+        std::pair{AttentionDims{8, 1, 64, DType::f16}, KvLayout::per_layer},
+        std::pair{AttentionDims{14, 2, 64, DType::bf16}, KvLayout::all_layers}}) {
+    HostKvCache host(dims, layout, 3, 300, rng);
+    cuda::DeviceBuffer k = cuda::DeviceBuffer::allocate(host.k.size() * 2).value();
+    cuda::DeviceBuffer v = cuda::DeviceBuffer::allocate(host.v.size() * 2).value();
+    const KvLayerView view = host.view(k.data(), v.data(), Device::cuda);
+    KvTensorMaps maps;
+    const Status st = encode_kv_tensor_maps(view, maps);
+    EXPECT_TRUE(st.ok()) << label_of(dims, layout, "tma") << ": " << st.message();
+    EXPECT_EQ(maps.valid, 1);
+    EXPECT_EQ(contiguous_tensor_maps(view).valid, 1);
+
+    KvLayerView odd = view;
+    odd.head_dim = 96;
+    EXPECT_FALSE(encode_kv_tensor_maps(odd, maps).ok());
+    EXPECT_EQ(maps.valid, 0);
+    KvLayerView wide = view;
+    wide.dtype = DType::f32;
+    EXPECT_FALSE(encode_kv_tensor_maps(wide, maps).ok());
+    KvLayerView host_view = view;
+    host_view.device = Device::cpu;
+    EXPECT_FALSE(encode_kv_tensor_maps(host_view, maps).ok());
+    KvLayerView unaligned = view;
+    unaligned.token_stride += 1;  // not a multiple of 16 bytes: the driver refuses it
+    EXPECT_FALSE(encode_kv_tensor_maps(unaligned, maps).ok());
+    EXPECT_EQ(contiguous_tensor_maps(unaligned).valid, 0);
+  }
 }
 
 TEST(AttentionGpuTest, PagedEqualsContiguousBitwise) {

@@ -2,6 +2,7 @@
 // launch functions, instantiated per element type in prefill_*.cu / decode_*.cu.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -119,7 +120,7 @@ bool use_wgmma_prefill() {
   static const bool use = [] {
     if (env_is("VPOD_ATTENTION_PREFILL", "mma")) return false;
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim, false>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -145,7 +146,8 @@ Status launch_prefill_typed(const AttentionParams& params, int head_dim, cudaStr
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (use_wgmma_prefill<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
-      auto* kernel = prefill_wgmma_kernel<T, kHeadDim>;
+      auto* kernel = params.kv.block_table == nullptr ? prefill_wgmma_kernel<T, kHeadDim, false>
+                                                      : prefill_wgmma_kernel<T, kHeadDim, true>;
       VPOD_CUDA_RETURN_IF_ERROR(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
           StatusCode::internal);
@@ -190,13 +192,18 @@ Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (kind == detail::KernelKind::prefill && use_wgmma_prefill<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
-      auto* kernel = prefill_wgmma_kernel<T, kHeadDim>;
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-          StatusCode::internal);
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, kSmem),
-          StatusCode::internal);
+      // The fewer CTAs of the two instantiations (contiguous, paged).
+      int fit = 0;
+      for (auto* kernel :
+           {prefill_wgmma_kernel<T, kHeadDim, false>, prefill_wgmma_kernel<T, kHeadDim, true>}) {
+        VPOD_CUDA_RETURN_IF_ERROR(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+            StatusCode::internal);
+        VPOD_CUDA_RETURN_IF_ERROR(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kAttentionThreads, kSmem),
+            StatusCode::internal);
+        ctas = ctas == 0 ? fit : std::min(ctas, fit);
+      }
     } else if (kind == detail::KernelKind::prefill) {
       constexpr int kSmem = PrefillTile<T, kHeadDim>::kSmemBytes;
       auto* kernel = prefill_kernel<T, kHeadDim>;

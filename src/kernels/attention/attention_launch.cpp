@@ -11,6 +11,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/attention_validate.h"
+#include "kernels/attention/kv_tensor_map.h"
 
 namespace vpod::attention {
 namespace {
@@ -93,11 +94,13 @@ Status check_attention_inputs(const AttentionPlan& plan, const AttentionBuffers&
   return validate_buffers(buffers, plan);
 }
 
+// `maps`: TMA descriptors of a contiguous cache (valid = 0: cp.async loads).
 Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
                    const TensorView& out, float softmax_scale, const KvAddressing& kv,
-                   cudaStream_t stream) {
+                   const KvTensorMaps& maps, cudaStream_t stream) {
   if (plan.prefill_items().empty()) return Status();
-  const AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
+  AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
+  p.kv_tma = maps;
   const AttentionDims& dims = plan.dims();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_prefill_f16(p, dims.head_dim, stream)
@@ -292,7 +295,7 @@ Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
   return run_prefill(plan, buffers, q, out, softmax_scale, detail::contiguous_addressing(kv),
-                     stream);
+                     contiguous_tensor_maps(kv), stream);
 }
 
 Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
@@ -300,7 +303,8 @@ Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
                      float softmax_scale, cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_prefill(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv), stream);
+  return run_prefill(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv),
+                     KvTensorMaps{}, stream);
 }
 
 Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,

@@ -133,12 +133,31 @@ struct KvAddressing {
   std::int32_t block_shift = 0;
 };
 
+// A TMA descriptor (the driver's CUtensorMap, 128 bytes) as plain bytes, so
+// host code including this header needs no CUDA types. The device reads it in
+// place from the __grid_constant__ kernel parameter (64-byte aligned there).
+struct alignas(64) TensorMapBytes {
+  std::uint64_t words[16] = {};
+};
+
+// TMA descriptors of one contiguous layer's K and V (kv_tensor_map.h): 4D
+// tensors {head_dim, kv head, token, slot} loaded in boxes of 64 dims x 64
+// tokens with the 128-byte swizzle the wgmma prefill tile reads. `valid` is 0
+// for paged caches, for shapes a descriptor cannot express, and where TMA is
+// switched off; the tile then loads K/V with cp.async.
+struct KvTensorMaps {
+  TensorMapBytes k;
+  TensorMapBytes v;
+  std::int32_t valid = 0;
+};
+
 struct AttentionParams {
   const void* q = nullptr;          // [num_tokens, num_q_heads, head_dim]
   std::int64_t q_token_stride = 0;  // elements
   void* out = nullptr;              // [num_tokens, num_q_heads, head_dim]
   std::int64_t out_token_stride = 0;
   KvAddressing kv;
+  KvTensorMaps kv_tma;  // contiguous K/V for the sm_90a prefill tile's TMA loads
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;          // num_q_heads / num_kv_heads

@@ -11,6 +11,7 @@
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/attention_validate.h"
+#include "kernels/attention/kv_tensor_map.h"
 #include "kernels/attention/pod.h"
 #include "kernels/attention/pod_kernels.h"
 
@@ -47,9 +48,11 @@ Status check_counters(const PodPlan& plan, const PodCounters& counters, const Po
   return Status();
 }
 
+// `maps`: TMA descriptors of a contiguous cache (valid = 0: cp.async loads).
 Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
                const TensorView& q, const TensorView& out, float softmax_scale,
-               const KvAddressing& kv, cudaStream_t stream, const PodTrace& trace) {
+               const KvAddressing& kv, const KvTensorMaps& maps, cudaStream_t stream,
+               const PodTrace& trace) {
   const PodConfig& config = plan.config();
   if (config.grid == 0) return Status();
   const AttentionPlan& ap = plan.attention();
@@ -61,6 +64,7 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   a.out = out.data();
   a.out_token_stride = out.stride(0);
   a.kv = kv;
+  a.kv_tma = maps;
   a.num_q_heads = dims.num_q_heads;
   a.num_kv_heads = dims.num_kv_heads;
   a.group_size = dims.group_size();
@@ -160,7 +164,7 @@ Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounte
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
   return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::contiguous_addressing(kv),
-                 stream, trace);
+                 contiguous_tensor_maps(kv), stream, trace);
 }
 
 Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
@@ -175,7 +179,7 @@ Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const Pod
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
   return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::paged_addressing(kv),
-                 stream, trace);
+                 KvTensorMaps{}, stream, trace);
 }
 
 Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,

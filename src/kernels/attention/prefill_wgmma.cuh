@@ -20,6 +20,14 @@
 // inside each product; paged and contiguous K/V run the same code (only the
 // row addresses differ), so they stay bit-identical.
 //
+// Contiguous K/V with TMA descriptors (AttentionParams::kv_tma): every key
+// block after the first visited one is a whole 64-key block inside the
+// sequence's mapped tokens, so one thread loads it with four TMA copies (K and
+// V, two 64-dim column blocks each, landing in the swizzled layout above) that
+// complete on the stage's mbarrier; the warps issue no loads. The first block
+// (possibly partial: keys past kv_end must read as zero, not as whatever the
+// virtual tensor holds there) and every paged block use cp.async.
+//
 // Compiled for sm_90a only (wgmma); other targets get a body that traps, and
 // the launcher selects this kernel only where the device runs sm_90a code.
 #pragma once
@@ -78,6 +86,40 @@ __device__ __forceinline__ std::uint64_t make_desc(std::uint32_t addr, std::uint
   d |= static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
   d |= static_cast<std::uint64_t>(1) << 62;  // SWIZZLE_128B
   return d;
+}
+
+// Shared-memory mbarriers and TMA tensor loads.
+__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialized mbarriers visible to the async proxy (the TMA unit).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Arrives once and expects `bytes` of TMA traffic before the phase completes.
+__device__ __forceinline__ void mbarrier_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One box of a 4D tensor (coordinates fastest first) into shared memory; the
+// bytes count toward `bar`'s expected transactions.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, std::uint32_t bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 
 template <typename T>
@@ -198,10 +240,11 @@ struct PrefillWgmmaTile {
   static constexpr int kSmemQ = kBlockM * kHeadDim * 2;
   static constexpr int kSmemKV = kBlockN * kHeadDim * 2;
   // Q, then two stages of K and V (block j computes from one while block
-  // j - 1 lands in the other); + 1024: the dynamic shared memory is
-  // re-aligned to the swizzle atom.
+  // j - 1 lands in the other), then the stages' two mbarriers (TMA); + 1024:
+  // the dynamic shared memory is re-aligned to the swizzle atom.
   static constexpr int kSmemStage = 2 * kSmemKV;
-  static constexpr int kSmemBytes = kSmemQ + 2 * kSmemStage + 1024;
+  static constexpr int kSmemBarriers = 16;
+  static constexpr int kSmemBytes = kSmemQ + 2 * kSmemStage + kSmemBarriers + 1024;
   using E = ElementTraits<T>;
   using Staging = SwizzledTile<kHeadDim>;
   static_assert(kHeadDim % 64 == 0 && kPass % 8 == 0, "rows of whole 128-byte column blocks");
@@ -375,6 +418,15 @@ struct PrefillWgmmaTile {
     // walk keeps one stage: V is loaded at the top of a block, the next K once
     // this block's S has read K.
     constexpr bool kTwoStages = !kPaged;
+    // TMA for the blocks after the first (contiguous K/V with descriptors).
+    const bool tma = !kPaged && p.kv_tma.valid != 0;
+    const std::uint32_t s_bar = s_kv + 2 * kSmemStage;  // mbarrier of stage s: s_bar + 8 s
+    if (tma && tid == 0) {
+      wgmma::mbarrier_init(s_bar, 1);
+      wgmma::mbarrier_init(s_bar + 8, 1);
+      wgmma::fence_mbarrier_init();  // visible to every thread after the first __syncthreads
+    }
+    std::uint32_t parity = 0;  // bit s: parity of the next phase stage s's barrier completes
     const int first = block_end - 1;
     const std::uint32_t first_stage = s_kv + (kTwoStages ? (first & 1) * kSmemStage : 0);
     load_keys<kPaged>(first_stage, k_base, p.kv, seq.slot, kv_head, first * kBlockN, item.kv_end,
@@ -417,20 +469,41 @@ struct PrefillWgmmaTile {
     // of which an MMA still in flight writes (the waits below guarantee it).
     std::uint32_t pa[2][kPSteps][4];  // P of a half, in the A fragment layout
     for (int block = block_end - 1; block >= block_min; --block) {
-      cp_async_wait<0>();
-      wgmma::fence_proxy_async();
+      if (tma && block != first) {
+        const int stage = block & 1;
+        wgmma::mbarrier_wait(s_bar + 8 * stage, (parity >> stage) & 1u);
+        parity ^= 1u << stage;
+      } else {
+        cp_async_wait<0>();
+        wgmma::fence_proxy_async();
+      }
       // Two stages: K and V of this block landed; every MMA of the last block
       // (which read the other stage) is done, so the next block may load into
       // it. One stage: K landed; every MMA of the last block read V is done.
       __syncthreads();
       if constexpr (kTwoStages) {
         if (block > block_min) {
-          const std::uint32_t next = s_kv + ((block - 1) & 1) * kSmemStage;
-          load_keys<kPaged>(next, k_base, p.kv, seq.slot, kv_head, (block - 1) * kBlockN,
-                            item.kv_end, tid);
-          load_keys<kPaged>(next + kSmemKV, v_base, p.kv, seq.slot, kv_head, (block - 1) * kBlockN,
-                            item.kv_end, tid);
-          cp_async_commit();
+          const int stage = (block - 1) & 1;
+          const std::uint32_t next = s_kv + stage * kSmemStage;
+          const int key0 = (block - 1) * kBlockN;
+          if (tma) {
+            if (tid == 0) {
+              const std::uint32_t bar = s_bar + 8 * stage;
+              wgmma::mbarrier_expect_tx(bar, 2 * kSmemKV);
+#pragma unroll
+              for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+                wgmma::tma_load_4d(next + cb * kBlockN * 128, &p.kv_tma.k, bar, cb * 64, kv_head,
+                                   key0, seq.slot);
+                wgmma::tma_load_4d(next + kSmemKV + cb * kBlockN * 128, &p.kv_tma.v, bar, cb * 64,
+                                   kv_head, key0, seq.slot);
+              }
+            }
+          } else {
+            load_keys<kPaged>(next, k_base, p.kv, seq.slot, kv_head, key0, item.kv_end, tid);
+            load_keys<kPaged>(next + kSmemKV, v_base, p.kv, seq.slot, kv_head, key0, item.kv_end,
+                              tid);
+            cp_async_commit();
+          }
         }
       } else {
         load_keys<kPaged>(s_kv + kSmemKV, v_base, p.kv, seq.slot, kv_head, block * kBlockN,
@@ -570,9 +643,9 @@ struct PrefillWgmmaTile {
 
 // One prefill tile (work item `item`, query head `q_head`) on the 128 threads
 // of the calling CTA, which all call it (it synchronizes with __syncthreads)
-// and own `smem` (PrefillWgmmaTile::kSmemBytes). The one definition of the
-// tile: the standalone prefill kernel below and the fused POD kernel
-// (pod_kernel.cuh) both run it.
+// and own `smem` (PrefillWgmmaTile::kSmemBytes), picking the addressing at
+// run time: the fused POD kernel (pod_kernel.cuh) runs it. The standalone
+// prefill kernel below runs the same tile, instantiated per addressing.
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void run_prefill_wgmma_tile(const AttentionParams& params,
                                                        const PrefillWorkItem& item, int q_head,
@@ -585,13 +658,18 @@ __device__ __forceinline__ void run_prefill_wgmma_tile(const AttentionParams& pa
   }
 }
 
-template <typename T, int kHeadDim>
+// The standalone prefill kernel, one instantiation per K/V addressing: the
+// contiguous one (TMA or cp.async) and the paged one (cp.async through the
+// block table) get their own register allocation and schedule, so adding a
+// load path to one cannot slow the other down (one kernel holding both ran
+// the paged walk 7% slower once the TMA path was added).
+template <typename T, int kHeadDim, bool kPaged>
 __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams params, const WgmmaKnobs knobs) {
   extern __shared__ __align__(128) char smem[];
   const PrefillWorkItem item = params.plan.prefill_items[blockIdx.y];
-  run_prefill_wgmma_tile<T, kHeadDim>(params, item, static_cast<int>(blockIdx.x), smem,
-                                      static_cast<int>(threadIdx.x), knobs);
+  PrefillWgmmaTile<T, kHeadDim>::template run<kPaged>(params, item, static_cast<int>(blockIdx.x),
+                                                      smem, static_cast<int>(threadIdx.x), knobs);
 }
 
 }  // namespace vpod::attention::device
