@@ -426,15 +426,59 @@ def offline_from_log(path):
         return None
 
 
-def offline(rep, res):
-    rep.section("End to end: offline makespan")
-    runs = []
-    have = set()
-    for path in sorted(glob.glob(os.path.join(res, "offline", "*.json"))):
+def offline_runs(folder):
+    """The runs of `vpod bench offline --json` in `folder`, and their file stems."""
+    runs, stems = [], set()
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         doc, err = load_json(path)
         if isinstance(doc, dict) and num(doc, "makespan_s"):
             runs.append(doc)
-            have.add(os.path.splitext(os.path.basename(path))[0])
+            stems.add(os.path.splitext(os.path.basename(path))[0])
+    return runs, stems
+
+
+def offline_groups(runs):
+    """Runs by trace (model, prompt length, P:D ratio), then by mode."""
+    groups = {}
+    for r in runs:
+        key = (r.get("model_name", "?"), int(num(r, "input_len") or 0), num(r, "pd_ratio"))
+        groups.setdefault(key, {})[r.get("mode", "?")] = r
+    return groups
+
+
+def offline_latest(rep, res):
+    """DIR/offline-latest/: the bar's trace rerun on a build newer than the grid's."""
+    runs, _ = offline_runs(os.path.join(res, "offline-latest"))
+    if not runs:
+        return False
+    groups = offline_groups(runs)
+    table, verdicts = [], []
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or 0)):
+        base, pod = groups[key].get("paged+serial"), groups[key].get("vattn+pod")
+        ratio = base["makespan_s"] / pod["makespan_s"] if base and pod else None
+        table.append([key[0], key[1], fmt(key[2], 0)] +
+                     ["-" if groups[key].get(m) is None else f"{groups[key][m]['makespan_s']:.3f} s"
+                      for m in MODES] + [fmt(ratio, 3)])
+        if ratio is not None and key[1] >= 16384:
+            verdicts.append((key, ratio))
+    rep.text("**The latest build** (`offline-latest/`; see provenance.md for its commit and machine): "
+             "the bar's trace rerun after the grid below, each mode once, on one machine.")
+    rep.table(["model", "prompt", "P:D"] + [f"{m} makespan" for m in MODES] + ["vattn+pod speedup"],
+              table)
+    if verdicts:
+        rep.text("On the latest build vattn+pod reaches " +
+                 ", ".join(f"{v[1]:.3f}x ({v[0][0]}, {v[0][1] // 1024}K, P:D {fmt(v[0][2], 0)})"
+                           for v in verdicts) +
+                 f" the throughput of paged+serial; our target is {OFFLINE_TARGET}x: " +
+                 ("met" if all(v[1] >= OFFLINE_TARGET for v in verdicts) else "NOT met") +
+                 " on the traces rerun here. The grid below is older; its verdict is about its own build.")
+    return True
+
+
+def offline(rep, res):
+    rep.section("End to end: offline makespan")
+    offline_latest(rep, res)
+    runs, have = offline_runs(os.path.join(res, "offline"))
     for path in sorted(glob.glob(os.path.join(res, "logs", "offline_*.txt"))):
         tag = os.path.splitext(os.path.basename(path))[0][len("offline_"):]
         if tag not in have:
@@ -447,10 +491,7 @@ def offline(rep, res):
     if not runs:
         rep.missing("offline makespan", "no offline/*.json")
         return
-    groups = {}
-    for r in runs:
-        key = (r.get("model_name", "?"), int(num(r, "input_len") or 0), num(r, "pd_ratio"))
-        groups.setdefault(key, {})[r.get("mode", "?")] = r
+    groups = offline_groups(runs)
     keys = sorted(groups, key=lambda k: (k[0], k[1], k[2] or 0))
     fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(keys)), 4))
     width = 0.8 / len(MODES)
