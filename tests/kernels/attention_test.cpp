@@ -4,14 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_reference.h"
 #include "kernels/attention/attention_validate.h"
+#include "kernels/attention/kv_tensor_map.h"
 #include "kernels/attention_test_util.h"
 
 namespace vpod::attention {
@@ -864,6 +868,47 @@ TEST(AttentionReferenceTest, AppendWritesOnlyTheNewPositions) {
     // Decode token (row 3) of KV head 1 sits at position 8 of its slot.
     const std::size_t at = c.cache.index(batch.decodes[0].slot, 8, 1);
     for (int d = 0; d < 64; ++d) EXPECT_EQ(c.cache.k[at + d], c.k_new[(3 * 2 + 1) * 64 + d]);
+  }
+}
+
+// What a TMA descriptor cannot describe is refused before the driver is
+// asked (so this runs without a GPU), with the reason, and the launchers then
+// fall back to cp.async (valid = 0).
+TEST(KvTensorMapTest, RefusesWhatTheBoxCannotExpress) {
+  KvLayerView kv;
+  kv.k = reinterpret_cast<void*>(std::uintptr_t{1} << 20);
+  kv.v = reinterpret_cast<void*>(std::uintptr_t{1} << 21);
+  kv.dtype = DType::bf16;
+  kv.device = Device::cuda;
+  kv.num_slots = 4;
+  kv.max_ctx = 1024;
+  kv.num_kv_heads = 8;
+  kv.head_dim = 128;
+  kv.head_stride = 128;
+  kv.token_stride = 8 * 128;
+  kv.slot_stride = 1024 * 8 * 128;
+  struct Case {
+    const char* what;
+    KvLayerView view;
+    const char* reason;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"host memory", kv, "on cuda"});
+  cases.back().view.device = Device::cpu;
+  cases.push_back({"fp32", kv, "2-byte elements"});
+  cases.back().view.dtype = DType::f32;
+  cases.push_back({"head_dim 96", kv, "64 dims wide"});
+  cases.back().view.head_dim = 96;
+  cases.push_back({"no slots", kv, "non-empty"});
+  cases.back().view.num_slots = 0;
+  for (const Case& c : cases) {
+    KvTensorMaps maps;
+    maps.valid = 1;
+    const Status st = encode_kv_tensor_maps(c.view, maps);
+    EXPECT_FALSE(st.ok()) << c.what;
+    EXPECT_NE(st.message().find(c.reason), std::string::npos) << c.what << ": " << st.message();
+    EXPECT_EQ(maps.valid, 0) << c.what;
+    EXPECT_EQ(contiguous_tensor_maps(c.view).valid, 0) << c.what;
   }
 }
 
