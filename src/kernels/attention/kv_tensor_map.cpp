@@ -4,9 +4,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 
 #include "common/cuda_check.h"
+#include "common/log.h"
 #include "cuda/driver_api.h"
 
 namespace vpod::attention {
@@ -76,7 +78,15 @@ Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps) {
 
 KvTensorMaps contiguous_tensor_maps(const KvLayerView& kv) {
   KvTensorMaps maps;
-  if (!tma_switched_off() && !encode_kv_tensor_maps(kv, maps).ok()) maps.valid = 0;
+  if (tma_switched_off()) return maps;
+  const Status st = encode_kv_tensor_maps(kv, maps);
+  if (!st.ok()) {
+    // Said once per process: the prefill runs correctly on cp.async, but slower.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      VPOD_LOG_INFO("attention: TMA K/V loads off, prefill uses cp.async: {}", st.message());
+    });
+  }
   return maps;
 }
 
