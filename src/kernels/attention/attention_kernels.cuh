@@ -186,42 +186,37 @@ Status launch_decode_typed(const AttentionParams& params, int head_dim, cudaStre
   return Status();
 }
 
+// CTAs of `kernel` with `smem` bytes of dynamic shared memory that fit on one SM.
+template <typename Kernel>
+Result<int> fit_per_sm(Kernel* kernel, int smem) {
+  int ctas = 0;
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      StatusCode::internal);
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, smem),
+      StatusCode::internal);
+  return ctas;
+}
+
 template <typename T>
 Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (kind == detail::KernelKind::prefill && use_wgmma_prefill<T, kHeadDim>()) {
-      constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
       // The fewer CTAs of the two instantiations (contiguous, paged).
-      int fit = 0;
-      for (auto* kernel :
-           {prefill_wgmma_kernel<T, kHeadDim, false>, prefill_wgmma_kernel<T, kHeadDim, true>}) {
-        VPOD_CUDA_RETURN_IF_ERROR(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-            StatusCode::internal);
-        VPOD_CUDA_RETURN_IF_ERROR(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kAttentionThreads, kSmem),
-            StatusCode::internal);
-        ctas = ctas == 0 ? fit : std::min(ctas, fit);
-      }
+      constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
+      VPOD_ASSIGN_OR_RETURN(const int contiguous,
+                            fit_per_sm(prefill_wgmma_kernel<T, kHeadDim, false>, kSmem));
+      VPOD_ASSIGN_OR_RETURN(const int paged,
+                            fit_per_sm(prefill_wgmma_kernel<T, kHeadDim, true>, kSmem));
+      ctas = std::min(contiguous, paged);
     } else if (kind == detail::KernelKind::prefill) {
-      constexpr int kSmem = PrefillTile<T, kHeadDim>::kSmemBytes;
-      auto* kernel = prefill_kernel<T, kHeadDim>;
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-          StatusCode::internal);
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, kSmem),
-          StatusCode::internal);
+      VPOD_ASSIGN_OR_RETURN(
+          ctas, fit_per_sm(prefill_kernel<T, kHeadDim>, PrefillTile<T, kHeadDim>::kSmemBytes));
     } else {
-      constexpr int kSmem = DecodeTile<T, kHeadDim>::kSmemBytes;
-      auto* kernel = decode_kernel<T, kHeadDim>;
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-          StatusCode::internal);
-      VPOD_CUDA_RETURN_IF_ERROR(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, kSmem),
-          StatusCode::internal);
+      VPOD_ASSIGN_OR_RETURN(
+          ctas, fit_per_sm(decode_kernel<T, kHeadDim>, DecodeTile<T, kHeadDim>::kSmemBytes));
     }
   });
   return ctas;
