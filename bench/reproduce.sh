@@ -2,6 +2,7 @@
 # Reruns the papers' experiments on the GPU machine (an H200) and writes
 # docs/results.md with its plots (tools/plot_results.py):
 #   1. kernels:   vpod bench attention (+ tools/bench_attention_peers.py), vpod bench pod
+#                 (+ tools/bench_pod_peers.py), vpod bench model --hybrids (POD in a whole step)
 #   2. allocator: vpod bench kvcache
 #   3. offline:   vpod bench offline, makespan of static traces (8K/16K prompts, P:D 50/100/500)
 #   4. online:    vpod serve + vpod bench serve, arXiv-like trace, TTFT/TPOT/P99 against rate
@@ -18,7 +19,8 @@
 # ATTENTION_SWEEP=0 skips the attention size sweeps.
 # Sizes (space-separated lists; defaults below, smaller with --quick): PRESETS,
 # MODES, OFFLINE_PROMPTS, OFFLINE_RATIOS, OFFLINE_REQUESTS, ONLINE_RATES,
-# ONLINE_PROMPTS; e.g. MODES="vattn+pod paged+serial" OFFLINE_REQUESTS=32.
+# ONLINE_PROMPTS, HYBRID_STEPS (the engine-shaped POD cases); e.g.
+# MODES="vattn+pod paged+serial" OFFLINE_REQUESTS=32.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --docs) docs=$2; shift 2 ;;
     --sections) sections=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "reproduce.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -88,6 +90,7 @@ json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-
 EOF
 
 # ----------------------------------------------------------------------------- 1. kernels
+hybrid_steps=${HYBRID_STEPS:-2028@0+20@16448,2028@6144+20@16448,2028@12288+20@16448}
 if has kernels; then
   require_bench attention "issue 4 (attention kernels)"
   require_bench pod "issue 5 (POD-Attention)"
@@ -101,8 +104,16 @@ if has kernels; then
   else
     echo "reproduce.sh: tools/bench_attention_peers.py missing; no PyTorch FA2/cuDNN comparison" >&2
   fi
+  # POD: the named cases, the paper-style sweep, and the engine's hybrid-step shapes (a
+  # 2048-token budget: one prefill chunk beside 20 decodes at 16K), then PyTorch's serial
+  # SDPA (FA2, cuDNN) on the same cases.
   # shellcheck disable=SC2086
-  run "$vpod" bench pod ${POD_ARGS:-} --json "$out/kernels/pod.json" | tee "$out/logs/pod.txt"
+  run "$vpod" bench pod --cases "$hybrid_steps" ${POD_ARGS:-} --json "$out/kernels/pod.json" \
+    | tee "$out/logs/pod.txt"
+  if [[ -f "$repo/tools/bench_pod_peers.py" ]]; then
+    run python3 "$repo/tools/bench_pod_peers.py" --vpod-json "$out/kernels/pod.json" \
+      --max-sweep 0 --json "$out/kernels/pod_peers.json" | tee "$out/logs/pod_peers.txt"
+  fi
   # Throughput against size: one-shot prefill 2K-128K, decode batch 1-256 at 16K context,
   # contiguous against paged (block 16), beside PyTorch FA2/cuDNN (ATTENTION_SWEEP=0 skips).
   if [[ ${ATTENTION_SWEEP:-1} == 1 ]]; then
@@ -130,12 +141,26 @@ fi
 model_presets=(llama3-8b yi-6b-200k)
 if [[ $quick == 1 ]]; then model_presets=(llama3-8b); fi
 if [[ -n "${PRESETS:-}" ]]; then read -r -a model_presets <<< "$PRESETS"; fi
-if has offline || has online; then
+needed=()
+if has offline || has online; then needed=("${model_presets[@]}"); fi
+if has kernels && [[ " ${needed[*]} " != *" llama3-8b "* ]]; then needed+=(llama3-8b); fi
+if [[ ${#needed[@]} -gt 0 ]]; then
   require_command make-model "issue 6 (model runtime)"
-  for preset in "${model_presets[@]}"; do
+  for preset in "${needed[@]}"; do
     if [[ ! -f "$models/$preset/config.json" ]]; then
       run "$vpod" make-model --out "$models/$preset" --preset "$preset" --seed 0
     fi
+  done
+fi
+
+# POD inside a whole Llama-3-8B step (all layers, GEMMs included): the same hybrid steps,
+# serial attention against POD (part of the kernels section; it needs the model).
+if has kernels; then
+  require_bench model "issue 6 (model runtime)"
+  for att in serial pod; do
+    run "$vpod" bench model --model "$models/llama3-8b" --attention "$att" --batches 1 \
+      --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 --hybrids "$hybrid_steps" \
+      --json "$out/kernels/model_hybrid_$att.json" | tee "$out/logs/model_hybrid_$att.txt"
   done
 fi
 
