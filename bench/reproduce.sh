@@ -51,9 +51,11 @@ mkdir -p "$out"/{kernels,allocator,offline,online,logs} "$models" "$docs"
 
 has() { [[ ",$sections," == *",$1,"* ]]; }
 
-# run CMD...: logs the exact command, then runs it.
+# run CMD...: logs the exact command (quoted so that it can be pasted back), then runs it.
 run() {
-  printf '%s\n' "$*" >> "$out/commands.txt"
+  local quoted
+  quoted=$(printf ' %q' "$@")
+  echo "${quoted# }" >> "$out/commands.txt"
   echo "+ $*" >&2
   "$@"
 }
