@@ -392,12 +392,37 @@ def allocator(rep, res):
                    "background wait median us", "p99 us"], rows)
         rep.text("Allocation bandwidth the decode workload needs against what the background mapper "
                  "sustains (2 MiB pages); headroom below 1x means growth cannot keep up.")
+        fit = why_contexts_shrank(doc, runs)
+        if fit:
+            rep.text(fit)
         tails = [f"{r[0]} batch {r[1]} ({r[7]} us)" for r in rows
                  if r[7] != "-" and float(str(r[7]).replace(",", "")) > 1000.0]
         if tails:
             rep.text("The background wait has a tail we do not explain yet: p99 above 1 ms in " +
                      ", ".join(tails) + ", with medians of a few microseconds; the median shows background "
                      "growth off the critical path, the tail says some steps still wait for the mapper.")
+
+
+def why_contexts_shrank(doc, runs, wanted=32768):
+    """`vpod bench kvcache` halves a batch's contexts until they fit in 90% of its pool: say
+    so, with the K/V bytes the batch would need at `wanted` tokens (issue 10 asks for 32K)."""
+    shape, pool = doc.get("shape"), num(doc, "pool_bytes")
+    if not isinstance(shape, dict) or not pool:
+        return None
+    elem = {"fp16": 2, "bf16": 2, "fp32": 4}.get(shape.get("dtype"))
+    dims = [num(shape, k) for k in ("layers", "kv_heads", "head_dim")]
+    if elem is None or not all(dims):
+        return None
+    per_token = 2 * elem * math.prod(int(d) for d in dims)  # K and V, every layer
+    short = sorted({int(d["batch"]) for d in runs
+                    if num(d, "batch") and num(d, "ctx_hi") and num(d, "ctx_hi") < wanted})
+    if not short:
+        return None
+    gib = 1024.0 ** 3
+    return (f"Contexts are halved until the batch fits in 90% of the {pool / gib:.0f} GiB pool: at "
+            f"{wanted // 1024}K tokens the K/V of " +
+            ", ".join(f"batch {b} would need {b * wanted * per_token / gib:.0f} GiB" for b in short) +
+            f" ({per_token // 1024} KiB per token), so those batches run at the longest contexts that fit.")
 
 
 # --------------------------------------------------------------------------- offline

@@ -87,3 +87,19 @@ def test_committed_report_is_what_the_tool_makes(tmp_path):
     assert made == committed, (
         f"docs/results.md differs from what tools/plot_results.py makes from {results}; "
         "regenerate it: python3 tools/plot_results.py --results " + os.path.relpath(results, REPO))
+
+
+def test_allocator_says_why_a_batch_runs_at_shorter_contexts(tmp_path):
+    res = tmp_path / "res"
+    (res / "allocator").mkdir(parents=True)
+    modes = [{"mode": m, "critical_us": {"median": 5.0, "p99": 9.0}, "needed_pages_per_s": 300.0,
+              "mapper_pages_per_s": 9000.0} for m in ("synchronous", "background")]
+    doc = {"pool_bytes": 96 * 1024**3, "page_bytes": 2 * 1024**2,
+           "shape": {"dtype": "fp16", "layers": 32, "kv_heads": 8, "head_dim": 128},
+           "decode": [{"layout": "all-layers", "batch": 16, "ctx_lo": 16384, "ctx_hi": 32768, "modes": modes},
+                      {"layout": "all-layers", "batch": 64, "ctx_lo": 4096, "ctx_hi": 8192, "modes": modes}]}
+    (res / "allocator" / "kvcache.json").write_text(json.dumps(doc))
+    md = render(res, tmp_path / "docs")
+    # Llama-3-8B: 2 x 2 B x 32 layers x 8 heads x 128 = 128 KiB per token; 64 x 32K x 128 KiB = 256 GiB
+    assert ("at 32K tokens the K/V of batch 64 would need 256 GiB (128 KiB per token)" in md)
+    assert "batch 16 would need" not in md  # it reached 32K
