@@ -580,8 +580,8 @@ def offline(rep, res):
         top = max(p for _, _, p in split)
         if top < 1.05:
             cap += (f" POD adds at most {100 * (top - 1):.1f}% end to end, far below the up to 22% that "
-                    "POD-Attention reports: attention is a minority of a step's time at these shapes, and "
-                    "POD's gain inside a whole step is smaller than in isolation (the tables above). "
+                    "POD-Attention reports: POD speeds up only the attention of hybrid steps, and its gain "
+                    "inside a whole step is smaller than in isolation (the POD-in-model table above). "
                     "Most of our speedup comes from the contiguous cache.")
     rep.figure(fig, "offline_throughput.png", cap)
     rep.table(["model", "prompt", "P:D"] + [f"{m} makespan" for m in MODES] + ["vattn+pod speedup"], table)
