@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "model/safetensors.h"
+#include "model/tokenizer_stand_in.h"
 #include "model/weight_layout.h"
 
 namespace vpod::model {
@@ -147,13 +148,15 @@ std::vector<ModelPreset> build_presets() {
   }
   // Yi-6B, and Yi-6B-200K (the same weights' shapes with a 200K context, as the
   // papers' long-prompt experiments need); its 64000-token tokenizer is not a
-  // fixture, the 32000-token one stands in (ids stay below vocab_size).
+  // fixture: the 32000-token one stands in, extended to 64000 ids so that every
+  // id the model emits has text, as with the real one.
   for (const auto& [name, context] : {std::pair{"yi-6b", 4096}, std::pair{"yi-6b-200k", 200000}}) {
     ModelPreset m = preset(name, base(Architecture::llama, 64000, 4096, 11008, 32, 32, 4, 128,
                                       5000000.0, context, 1e-5f, DType::bf16));
     m.config.bos_token_id = 1;
     m.config.eos_token_ids = {2};
     m.tokenizer_fixture = "mistral";
+    m.extend_tokenizer_to_vocab = true;
     p.push_back(m);
   }
   {
@@ -375,8 +378,17 @@ Result<std::vector<std::string>> make_model(const MakeModelOptions& options) {
 
   for (const auto& src : tokenizer_files) {
     const auto dst = options.out_dir / src.filename();
-    std::filesystem::copy_file(src, dst, std::filesystem::copy_options::overwrite_existing, ec);
-    if (ec) return internal_error(dst.string() + ": copy failed (" + ec.message() + ")");
+    if (preset.extend_tokenizer_to_vocab && src.filename() == "tokenizer.json") {
+      VPOD_ASSIGN_OR_RETURN(std::string text, read_text_file(src));
+      auto extended = extend_tokenizer_vocab(text, config.vocab_size);
+      if (!extended.ok()) return extended.status().with_context(src.string());
+      VPOD_RETURN_IF_ERROR(write_text(dst, *extended));
+    } else if (preset.extend_tokenizer_to_vocab && src.filename() == "tokenizer.model") {
+      continue;  // SentencePiece's model would disagree with the extended tokenizer.json
+    } else {
+      std::filesystem::copy_file(src, dst, std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return internal_error(dst.string() + ": copy failed (" + ec.message() + ")");
+    }
     written.push_back(dst.string());
   }
 

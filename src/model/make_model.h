@@ -35,6 +35,9 @@ struct ModelPreset {
   ModelConfig config;
   float initializer_range = 0.02f;
   std::string tokenizer_fixture;  // folder under fixtures/tokenizers
+  // The real tokenizer covers every id below vocab_size but the fixture is
+  // smaller: make-model extends its vocab (model/tokenizer_stand_in.h).
+  bool extend_tokenizer_to_vocab = false;
   // generation_config.json defaults
   bool do_sample = false;
   float temperature = 1.0f;
