@@ -5,6 +5,8 @@ The offline verdict is issue 10's bar (vattn+pod at least 1.15x paged+serial on 
 the speedup comes from the contiguous cache and which from POD, and must say so
 plainly when POD adds little. docs/results.md must be exactly what the tool makes
 from the newest bench/results/DATE folder: the report is generated, not typed.
+The client-against-/metrics check names its worst run per model and, from the
+per-request ITLs, how many tokens each streamed chunk carried.
 """
 import json
 import os
@@ -103,3 +105,34 @@ def test_allocator_says_why_a_batch_runs_at_shorter_contexts(tmp_path):
     # Llama-3-8B: 2 x 2 B x 32 layers x 8 heads x 128 = 128 KiB per token; 64 x 32K x 128 KiB = 256 GiB
     assert ("at 32K tokens the K/V of batch 64 would need 256 GiB (128 KiB per token)" in md)
     assert "batch 16 would need" not in md  # it reached 32K
+
+
+def online_run(folder, model, mode, rate, client_ttft, server_ttft, tokens_per_chunk):
+    """One `vpod bench serve --json` run of 4 requests of 12 output tokens each, whose
+    stream carried tokens_per_chunk tokens per chunk with text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    chunks = 12 // tokens_per_chunk
+    doc = {"model": model, "mode": mode, "request_rate": rate, "completed": 4,
+           "mean_ttft_ms": client_ttft, "median_ttft_ms": client_ttft, "mean_tpot_ms": 10.0,
+           "mean_e2el_ms": 200.0, "output_lens": [12] * 4, "itls": [[0.01] * (chunks - 1)] * 4,
+           "server_metrics": {"mean_ttft_ms": server_ttft, "mean_tpot_ms": 10.0, "mean_e2el_ms": 200.0}}
+    (folder / f"{model}_{mode.replace('+', '-')}_r{rate}.json").write_text(json.dumps(doc))
+
+
+def test_agreement_names_the_worst_run_and_tokens_per_chunk(tmp_path):
+    res = tmp_path / "res"
+    online_run(res / "online", "llama3-8b", "vattn+pod", 1, 100.0, 99.0, 1)
+    online_run(res / "online", "llama3-8b", "vattn+pod", 2, 100.0, 98.0, 1)
+    online_run(res / "online", "yi-6b-200k", "paged+serial", 1, 110.0, 100.0, 2)
+    text = next(line for line in render(res, tmp_path / "docs").splitlines()
+                if line.startswith("`vpod bench serve` against"))
+    # yi: 100 / 110 - 1 = -9.1%; llama: 98 / 100 - 1 = -2.0% at 2 req/s
+    assert "the largest disagreement is 9.1% (within the 10%" in text
+    assert "llama3-8b: at most 2.0% (mean TTFT, vattn+pod at 2 req/s), 1.00 output tokens per" in text
+    assert "yi-6b-200k: at most 9.1% (mean TTFT, paged+serial at 1 req/s), 2.00 output tokens" in text
+    assert "Where a chunk carries more than one token (yi-6b-200k)" in text
+
+    online_run(res / "online", "yi-6b-200k", "paged+serial", 1, 112.0, 100.0, 2)  # -10.7%
+    text = next(line for line in render(res, tmp_path / "docs").splitlines()
+                if line.startswith("`vpod bench serve` against"))
+    assert "the largest disagreement is 10.7% (outside the 10%" in text
