@@ -24,7 +24,8 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--out", args->out, "Output folder")->required();
   cmd->add_option("--preset", args->preset, "One of: " + presets)->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,
-                  "Folder whose tokenizer files are copied (default: the preset's fixture)");
+                  "Folder whose tokenizer files are copied (default: the preset's fixture; the "
+                  "Yi presets extend its vocab to the model's 64000 ids)");
   cmd->add_flag("--no-tokenizer", args->no_tokenizer, "Write no tokenizer files");
   cmd->add_option("--seed", args->seed, "PRNG seed (same seed, same bytes)")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "bf16, fp16 or fp32 (default: the preset's)");

@@ -31,7 +31,9 @@ Result<std::string> extend_tokenizer_vocab(std::string_view tokenizer_json,
     return invalid_argument("tokenizer.json: not a JSON object");
   }
   const auto model = doc.find("model");
-  if (model == doc.end() || !model->is_object() || model->value("type", "") != "BPE") {
+  const bool bpe = model != doc.end() && model->is_object() && model->contains("type") &&
+                   (*model)["type"].is_string() && (*model)["type"] == "BPE";
+  if (!bpe) {
     return invalid_argument(
         "tokenizer.json: the model is not BPE; only a BPE vocab can be extended");
   }

@@ -83,7 +83,14 @@ TEST(TokenizerStandIn, RejectsWhatItCannotExtend) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not BPE"), std::string::npos) << r.status().to_string();
 
+  json numeric_type = json::parse(small_tokenizer());
+  numeric_type["model"]["type"] = 5;  // not a string: an error, not an exception
+  EXPECT_FALSE(extend_tokenizer_vocab(numeric_type.dump(), 20).ok());
+  json string_id = json::parse(small_tokenizer());
+  string_id["model"]["vocab"]["x"] = "5";
+  EXPECT_FALSE(extend_tokenizer_vocab(string_id.dump(), 20).ok());
   EXPECT_FALSE(extend_tokenizer_vocab("{not json", 20).ok());
+  EXPECT_FALSE(extend_tokenizer_vocab("[]", 20).ok());
   json no_vocab = json::parse(small_tokenizer());
   no_vocab["model"].erase("vocab");
   EXPECT_FALSE(extend_tokenizer_vocab(no_vocab.dump(), 20).ok());
