@@ -136,3 +136,35 @@ def test_agreement_names_the_worst_run_and_tokens_per_chunk(tmp_path):
     text = next(line for line in render(res, tmp_path / "docs").splitlines()
                 if line.startswith("`vpod bench serve` against"))
     assert "the largest disagreement is 10.7% (outside the 10%" in text
+
+
+def latency_run(folder, model, mode, rate, ttft, tpot, e2e):
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"model": model, "mode": mode, "request_rate": rate, "completed": 8, "mean_ttft_ms": ttft,
+           "median_ttft_ms": ttft, "median_tpot_ms": tpot, "p99_e2el_ms": e2e}
+    (folder / f"{model}_{mode.replace('+', '-')}_r{rate}.json").write_text(json.dumps(doc))
+
+
+def online_caption_of(md, model):
+    return next(line for line in md.splitlines() if line.startswith(f"{model}: latency against"))
+
+
+def test_online_caption_splits_cache_and_pod(tmp_path):
+    res = tmp_path / "res"
+    for rate, paged_ttft in [(1, 200.0), (2, 400.0)]:
+        latency_run(res / "online", "m", "paged+serial", rate, paged_ttft, 20.0, 1000.0)
+        latency_run(res / "online", "m", "vattn+serial", rate, 100.0, 15.0, 800.0)
+        latency_run(res / "online", "m", "vattn+pod", rate, 97.0, 15.3, 800.0)
+    cap = online_caption_of(render(res, tmp_path / "docs"), "m")
+    # At 2 req/s: pod/paged TTFT 97/400 = -76%; serial/paged -75%, pod/serial -3%, TPOT +2%
+    assert "At 2 req/s, vattn+pod against paged+serial: median TTFT -76%" in cap
+    assert ("Split: the contiguous cache (vattn+serial against paged+serial) median TTFT -75%, "
+            "median TPOT -25%, P99 E2E -20%; POD (vattn+pod against vattn+serial) median TTFT -3%, "
+            "median TPOT +2%, P99 E2E +0%.") in cap
+    assert "the cache alone moves median TTFT, median TPOT and P99 E2E by -75% to -20% over 2 rates" in cap
+    assert "POD alone moves the same three latencies by -3% to +2%, so we do not reproduce" in cap
+
+    latency_run(res / "online", "m", "vattn+pod", 2, 60.0, 15.0, 800.0)  # POD: TTFT -40%
+    cap = online_caption_of(render(res, tmp_path / "docs"), "m")
+    assert "POD alone moves the same three latencies by -40% to +2%." in cap
+    assert "do not reproduce" not in cap
