@@ -13,7 +13,10 @@ namespace vpod::model {
 
 namespace {
 
-using ordered_json = nlohmann::ordered_json;
+// std::map-backed: ordered_json looks keys up linearly, which makes parsing and
+// extending a 64000-entry vocab quadratic (seconds). Key order in the output is
+// then sorted; tokenizer.json readers key the vocab by name, so order carries nothing.
+using json = nlohmann::json;
 
 // A word piece: the word-start marker, then three or more ASCII lowercase letters.
 bool is_word_piece(std::string_view token, std::string_view marker) {
@@ -26,7 +29,7 @@ bool is_word_piece(std::string_view token, std::string_view marker) {
 
 Result<std::string> extend_tokenizer_vocab(std::string_view tokenizer_json,
                                            std::int64_t vocab_size) {
-  ordered_json doc = ordered_json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
+  json doc = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return invalid_argument("tokenizer.json: not a JSON object");
   }
@@ -41,7 +44,7 @@ Result<std::string> extend_tokenizer_vocab(std::string_view tokenizer_json,
   if (vocab_it == model->end() || !vocab_it->is_object()) {
     return invalid_argument("tokenizer.json: model.vocab is missing or not an object");
   }
-  ordered_json& vocab = *vocab_it;
+  json& vocab = *vocab_it;
 
   std::int64_t next_id = 0;
   std::unordered_set<std::string> taken;

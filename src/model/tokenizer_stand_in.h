@@ -19,8 +19,9 @@ namespace vpod::model {
 // cover [0, vocab_size): each new piece joins two of the vocab's word pieces
 // ("▁the" + "▁and" -> "▁theand"), is not already in the vocab, and gets the
 // next id after the vocab's and the added tokens' largest. Merges, added
-// tokens and everything else stay as they are, so text encodes to the same
-// ids as before; only decoding learns the new ids. Returns the input
+// tokens and everything else keep their values (objects are written with
+// their keys sorted), so text encodes to the same ids as before; only
+// decoding learns the new ids. Returns the input
 // unchanged when the ids already reach vocab_size; an error when the file is
 // not a BPE tokenizer.json or has no word pieces to join.
 Result<std::string> extend_tokenizer_vocab(std::string_view tokenizer_json,
