@@ -708,12 +708,13 @@ def online_caption(by_mode, rate):
     rates = sorted(set(by_mode["vattn+pod"]) & set(by_mode["vattn+serial"]))
     pod_changes = [d for r in rates for key, _ in ONLINE_KEYS
                    if (d := change(by_mode["vattn+pod"][r], by_mode["vattn+serial"][r], key)) is not None]
-    cache_changes = [d for r in rates if r in by_mode["paged+serial"] for key, _ in ONLINE_KEYS
+    cache_rates = [r for r in rates if r in by_mode["paged+serial"]]
+    cache_changes = [d for r in cache_rates for key, _ in ONLINE_KEYS
                      if (d := change(by_mode["vattn+serial"][r], by_mode["paged+serial"][r], key)) is not None]
     if cache_changes:
         cap += (f" vAttention reports up to 42% lower online latency; here the cache alone moves median "
                 f"TTFT, median TPOT and P99 E2E by {min(cache_changes):+.0f}% to {max(cache_changes):+.0f}% "
-                f"over {len(rates)} rates.")
+                f"over {len(cache_rates)} rates.")
     if pod_changes:
         cap += (f" POD-Attention reports median TTFT falling from 25.4 s to 7.5 s on its online trace and "
                 f"10-20% lower tail time-between-tokens; here POD alone moves the same three latencies by "
@@ -729,7 +730,7 @@ def agreement(rep, runs):
     """The client's means against the server's own /metrics histograms, per run
     (`vpod bench serve` reads /metrics before and after; issue 10 asks for 10%)."""
     rows, worst = [], 0.0
-    per_model = {}  # model -> (largest |difference| %, where, tokens and chunks)
+    per_model = {}  # model -> {"worst": largest |difference| %, "where": its run, "ratios": tokens per chunk}
     for r in runs:
         server = r.get("server_metrics")
         if not isinstance(server, dict):
