@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ clang-format
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libcpp-httplib-dev libpcre2-dev libutf8proc-dev libsimdjson-dev
+  libboost1.81-dev zlib1g-dev libcpp-httplib-dev libpcre2-dev libutf8proc-dev libsimdjson-dev
   libgtest-dev libbenchmark-dev
 )
 

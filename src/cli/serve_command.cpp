@@ -34,6 +34,15 @@ struct ServeArgs {
   std::string async_scheduling = "on";
   std::string kv_eager_allocation = "on";
   std::string max_request_body = "32MiB";
+  std::string max_header_bytes = "32KiB";
+  std::string max_stream_buffer = "4MiB";
+  std::string max_template_memory = "1GiB";
+  double header_timeout_s = 10.0;
+  double body_timeout_s = 30.0;
+  double keep_alive_timeout_s = 30.0;
+  double write_timeout_s = 30.0;
+  bool disable_log_requests = false;
+  bool disable_log_stats = false;
   double drain_timeout_s = 30.0;
 };
 
@@ -148,9 +157,30 @@ void run(ServeArgs& a) {
     if (!bytes) fail("--kv-cache-memory: not a size: " + a.kv_cache_memory, 2);
     a.engine.kv_cache_memory_bytes = *bytes;
   }
-  const auto body_limit = parse_size(a.max_request_body);
-  if (!body_limit) fail("--max-request-body: not a size: " + a.max_request_body, 2);
-  a.http.max_body_bytes = *body_limit;
+  const auto size_flag = [](const char* flag, const std::string& text) {
+    const auto bytes = parse_size(text);
+    if (!bytes) fail(fmt::format("{}: not a size: {}", flag, text), 2);
+    return *bytes;
+  };
+  const auto seconds_flag = [](const char* flag, double seconds) {
+    if (!(seconds > 0)) fail(fmt::format("{} must be > 0 seconds", flag), 2);
+    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  };
+  server::HttpLimits& limits = a.http.limits;
+  limits.max_body_bytes = size_flag("--max-request-body", a.max_request_body);
+  limits.max_header_bytes = size_flag("--max-header-bytes", a.max_header_bytes);
+  limits.max_stream_buffer_bytes = size_flag("--max-stream-buffer", a.max_stream_buffer);
+  a.engine.template_memory_bytes = size_flag("--max-template-memory", a.max_template_memory);
+  limits.header_timeout = seconds_flag("--header-timeout", a.header_timeout_s);
+  limits.body_timeout = seconds_flag("--body-timeout", a.body_timeout_s);
+  limits.keep_alive_timeout = seconds_flag("--keep-alive-timeout", a.keep_alive_timeout_s);
+  limits.write_timeout = seconds_flag("--write-timeout", a.write_timeout_s);
+  if (limits.max_header_count < 1) fail("--max-header-count must be >= 1", 2);
+  if (limits.max_connections < 1) fail("--max-connections must be >= 1", 2);
+  if (a.http.io_threads < 1) fail("--http-threads must be >= 1", 2);
+  if (a.http.http_workers < 0) fail("--http-workers must be >= 0", 2);
+  a.http.log_requests = !a.disable_log_requests;
+  if (a.disable_log_stats) a.http.stats_interval = std::chrono::milliseconds(0);
   if (a.drain_timeout_s < 0) fail("--drain-timeout must be >= 0", 2);
 
   server::HttpServer http(a.http);
@@ -243,14 +273,45 @@ void add_serve_command(CLI::App& app) {
                   "on: a step's output work overlaps the next step's forward; off: synchronous")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--http-threads", h.http_threads,
-                  "HTTP worker threads: connections served at once (each stream holds one)")
+  cmd->add_option("--http-threads", h.io_threads,
+                  "HTTP event-loop threads (sockets and streams; connections are asynchronous)")
       ->capture_default_str();
-  cmd->add_option("--max-request-body", a->max_request_body, "Largest request body (413 above)")
+  cmd->add_option("--http-workers", h.http_workers,
+                  "Threads that parse, tokenize and render chat templates (0: the cores)")
       ->capture_default_str();
-  cmd->add_option("--keep-alive-timeout", h.keep_alive_timeout_s,
+  cmd->add_option("--max-connections", h.limits.max_connections,
+                  "Open connections; beyond it idle ones are closed, else 503")
+      ->capture_default_str();
+  cmd->add_option("--max-request-body", a->max_request_body,
+                  "Largest request body as sent (413 above; compressed bodies get 415)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", a->max_header_bytes,
+                  "Largest request line + headers (431 above)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-count", h.limits.max_header_count, "Most headers (431 above)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", a->header_timeout_s,
+                  "Seconds from a request's first byte until its headers are complete")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", a->body_timeout_s,
+                  "Seconds from the headers until the body is complete")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", a->keep_alive_timeout_s,
                   "Seconds an idle keep-alive connection stays open")
       ->capture_default_str();
+  cmd->add_option("--write-timeout", a->write_timeout_s,
+                  "Seconds one write to a client may wait for it to read")
+      ->capture_default_str();
+  cmd->add_option("--max-stream-buffer", a->max_stream_buffer,
+                  "A stream's output waiting for a slow reader; above it the request is aborted")
+      ->capture_default_str();
+  cmd->add_option("--max-template-memory", a->max_template_memory,
+                  "Memory all concurrent chat-template renders may use together")
+      ->capture_default_str();
+  cmd->add_flag("--disable-log-requests", a->disable_log_requests,
+                "No access-log line per request");
+  cmd->add_flag("--disable-log-stats", a->disable_log_stats,
+                "No periodic stats line (every 10 s while busy)");
   cmd->add_option("--drain-timeout", a->drain_timeout_s,
                   "Seconds in-flight requests may finish after SIGINT/SIGTERM")
       ->capture_default_str();

@@ -62,6 +62,8 @@ struct EngineBackend::Stack {
   std::string summary;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  // Every concurrent chat-template render draws from this one budget.
+  std::unique_ptr<tokenizer::jinja::RenderBudget> template_budget;
   std::unique_ptr<model::Backend> backend;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<kvcache::KvCache> cache;             // --kv-cache vattn
@@ -100,6 +102,7 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
     s->tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
     VPOD_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl, tokenizer::ChatTemplate::load(o.model_dir));
     s->chat_template = std::make_unique<tokenizer::ChatTemplate>(std::move(tmpl));
+    s->template_budget = std::make_unique<tokenizer::jinja::RenderBudget>(o.template_memory_bytes);
   }
 
   if (choice.device == Device::cuda) {
@@ -276,6 +279,7 @@ Result<std::string> EngineBackend::apply_chat_template(const nlohmann::ordered_j
   tokenizer::ChatRenderOptions render;
   render.extra_vars = options.extra_vars;
   render.continue_final_message = options.continue_final_message;
+  render.limits.shared_budget = stack_->template_budget.get();
   return stack_->chat_template->render(messages, options.add_generation_prompt, render);
 }
 

@@ -40,6 +40,9 @@ struct EngineBackendOptions {
   std::string attention = "serial";  // serial | simple | pod (pod: CUDA only)
   int cpu_threads = 0;               // CPU backend threads; 0: all cores
   std::uint64_t seed = 0;            // seeds requests that bring none
+  // Memory all concurrent chat-template renders may use together (each
+  // render also has its own limit).
+  std::size_t template_memory_bytes = std::size_t{1} << 30;
   // --async-scheduling on|off: the engine's pipelined loop, with the model on
   // an AsyncExecutor worker thread (off: synchronous steps, no worker).
   bool async_scheduling = true;

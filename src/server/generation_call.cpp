@@ -21,18 +21,16 @@ std::uint64_t choice_seed(std::uint64_t seed, int index) {
 }
 
 ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(
-    ServingBackend& backend, std::vector<engine::RequestSpec> specs) {
-  auto wakeup = std::make_shared<Wakeup>();
-  std::unique_ptr<GenerationCall> call(new GenerationCall(wakeup));
+    ServingBackend& backend, std::vector<engine::RequestSpec> specs, std::function<void()> notify) {
+  auto notifier = std::make_shared<Notifier>();
+  notifier->notify = std::move(notify);
+  std::unique_ptr<GenerationCall> call(new GenerationCall(notifier));
   call->sequences_.reserve(specs.size());
   for (engine::RequestSpec& spec : specs) {
-    // The engine thread calls this; the Wakeup outlives the call if needed.
-    auto wake = [wakeup] {
-      {
-        std::lock_guard lock(wakeup->mutex);
-        ++wakeup->version;
-      }
-      wakeup->cv.notify_all();
+    // The engine thread calls this; the Notifier outlives the call if needed.
+    auto wake = [notifier] {
+      std::lock_guard lock(notifier->mutex);
+      if (notifier->notify) notifier->notify();
     };
     auto stream = backend.submit(std::move(spec), std::move(wake));
     if (!stream.ok()) return from_status(stream.status());  // ~GenerationCall aborts the rest
@@ -42,6 +40,10 @@ ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(
 }
 
 GenerationCall::~GenerationCall() {
+  {
+    std::lock_guard lock(notifier_->mutex);
+    notifier_->notify = nullptr;
+  }
   for (Sequence& s : sequences_) {
     if (!s.finished) s.stream->abort();
   }
@@ -60,12 +62,6 @@ int GenerationCall::poll(const Sink& sink) {
     ++handed;
   }
   return handed;
-}
-
-void GenerationCall::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(wakeup_->mutex);
-  wakeup_->cv.wait_for(lock, timeout, [&] { return wakeup_->version != seen_version_; });
-  seen_version_ = wakeup_->version;
 }
 
 void GenerationCall::abort() {

@@ -1,13 +1,12 @@
 // One HTTP request's sequences in the engine: n choices for each prompt,
 // submitted together, drained together, aborted together.
 //
-// Threading: owned and used by the HTTP worker thread serving the request;
-// the engine thread only calls the wake callback, which bumps a counter under
-// a mutex and notifies.
+// Threading: owned and used by one connection (its strand); the engine thread
+// only calls the `notify` given to start(), and never after the call is gone:
+// the notifier is shared with the engine's wake callbacks and cleared (under
+// its mutex) by the destructor.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,11 +25,14 @@ std::uint64_t choice_seed(std::uint64_t seed, int index);
 
 class GenerationCall {
  public:
-  // Submits every spec. On a failure, what was submitted is aborted and the
-  // backend's status comes back as an error (400, or 503 when the engine is
-  // out of room).
+  // Submits every spec. `notify` runs on the engine thread whenever a
+  // sequence has something new (possibly before start() returns); it must be
+  // quick and must not call into the backend. On a failure, what was
+  // submitted is aborted and the backend's status comes back as an error
+  // (400, or 503 when the engine is out of room).
   static ApiResult<std::unique_ptr<GenerationCall>> start(ServingBackend& backend,
-                                                          std::vector<engine::RequestSpec> specs);
+                                                          std::vector<engine::RequestSpec> specs,
+                                                          std::function<void()> notify);
   // Aborts the sequences that have not finished.
   ~GenerationCall();
   GenerationCall(const GenerationCall&) = delete;
@@ -43,27 +45,23 @@ class GenerationCall {
   // many were handed. Never blocks.
   using Sink = std::function<void(int, engine::RequestOutput&)>;
   int poll(const Sink& sink);
-  // Blocks until a sequence has something new or `timeout` passes.
-  void wait(std::chrono::milliseconds timeout);
   // Aborts every unfinished sequence (idempotent); their final deltas follow.
   void abort();
   bool aborted() const { return aborted_; }
 
  private:
-  struct Wakeup {
+  struct Notifier {
     std::mutex mutex;
-    std::condition_variable cv;
-    std::uint64_t version = 0;  // guarded by mutex
+    std::function<void()> notify;  // guarded by mutex; empty once the call is gone
   };
   struct Sequence {
     std::unique_ptr<GenerationStream> stream;
     bool finished = false;
   };
 
-  explicit GenerationCall(std::shared_ptr<Wakeup> wakeup) : wakeup_(std::move(wakeup)) {}
+  explicit GenerationCall(std::shared_ptr<Notifier> notifier) : notifier_(std::move(notifier)) {}
 
-  std::shared_ptr<Wakeup> wakeup_;
-  std::uint64_t seen_version_ = 0;
+  std::shared_ptr<Notifier> notifier_;
   std::vector<Sequence> sequences_;
   int num_finished_ = 0;
   bool aborted_ = false;

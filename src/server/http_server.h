@@ -1,15 +1,16 @@
-// The OpenAI-compatible HTTP server on cpp-httplib.
+// The OpenAI-compatible HTTP server on Boost.Beast and Asio.
 //
-// Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
-// POST /tokenize, POST /detokenize, GET /health, GET /metrics, GET /version.
-// With an API key, every route but /health, /metrics and /version needs
-// `Authorization: Bearer <key>`.
+// Routes (api_routes.h): GET /v1/models, POST /v1/completions,
+// POST /v1/chat/completions, POST /tokenize, POST /detokenize, GET /health,
+// GET /metrics, GET /version. With an API key, every route but /health,
+// /metrics and /version needs `Authorization: Bearer <key>`.
 //
-// Concurrency: one worker thread per open connection (cpp-httplib's model),
-// so the pool is sized for hundreds of concurrent streams. A generation
-// request's thread submits its sequences and then waits on them, in ticks of
-// kPollInterval, checking between ticks whether the client has gone (then it
-// aborts) and whether the server is shutting down.
+// Concurrency: connections are asynchronous (http_session.h), served by a
+// few event-loop threads, so thousands of open or slow connections cost
+// memory, not threads. Work that may take a while (parsing a body,
+// tokenizing, rendering a chat template) runs on a separate worker pool, so
+// /health and streams keep flowing while it does. A generation's tokens
+// reach its connection through the engine's wake callback: no thread waits.
 //
 // Lifecycle: bind() -> serve() on some thread (blocks) -> attach() the
 // backend once the model is loaded (until then /health and the API say 503)
@@ -24,6 +25,7 @@
 
 #include "common/status.h"
 #include "server/backend.h"
+#include "server/http_limits.h"
 #include "server/metrics.h"
 
 namespace vpod::server {
@@ -32,15 +34,13 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;      // 0: any free port (see HttpServer::port())
   std::string api_key;  // "": no authentication
-  std::size_t max_body_bytes = std::size_t{32} << 20;
-  // Worker threads = connections served at once (each stream holds one).
-  int http_threads = 512;
-  // Clients that reuse connections (openai-python, aiohttp benchmark clients)
-  // keep them for many requests; idle ones are closed after the timeout.
-  int keep_alive_max_requests = 10000;
-  int keep_alive_timeout_s = 30;
-  int read_timeout_s = 30;   // reading a request's head and body
-  int write_timeout_s = 30;  // one write to a client that does not read
+  HttpLimits limits;
+  int io_threads = 2;    // event-loop threads (sockets, SSE formatting)
+  int http_workers = 0;  // threads for request bodies, tokenizing, templates; 0: the cores
+  // One access-log line per request at info level (--disable-log-requests).
+  bool log_requests = true;
+  // While busy, a stats line (running, waiting, KV use, token rates) this often.
+  std::chrono::milliseconds stats_interval{10'000};
   // Pending connections the kernel queues before accept (bursts of clients).
   int listen_backlog = 1024;
 };
@@ -52,7 +52,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds the listening socket (a clear error when the port is taken).
+  // Binds the listening socket: a clear error when the port is taken (no
+  // SO_REUSEPORT, so a second server cannot share it).
   Status bind();
   int port() const;
   // Accepts and serves until shutdown() has finished. Call after bind().
@@ -74,10 +75,6 @@ class HttpServer {
   // Generation requests being served right now.
   int num_active_generations() const;
   const ServerMetrics& metrics() const;
-
-  // How long a waiting request sleeps between checks for news, a gone client
-  // and shutdown.
-  static constexpr std::chrono::milliseconds kPollInterval{20};
 
  private:
   class Impl;

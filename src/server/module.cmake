@@ -1,8 +1,8 @@
-# cpp-httplib from Debian (libcpp-httplib-dev): a header plus libcpp-httplib.so.
-# Its pkg-config file carries the OpenSSL/zlib/Brotli defines the library was
-# built with; the header's class layouts depend on them, so they must match.
-find_package(PkgConfig REQUIRED)
-if(NOT TARGET PkgConfig::CPP_HTTPLIB)
-  pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
-endif()
-target_link_libraries(${module} PUBLIC PkgConfig::CPP_HTTPLIB)
+# Boost.Beast and Asio (Debian's libboost1.81-dev; header-only) carry the
+# HTTP server; zlib gzips responses.
+find_package(Boost 1.81 REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Threads REQUIRED)
+target_link_libraries(${module} PUBLIC Boost::headers PRIVATE ZLIB::ZLIB Threads::Threads)
+# One Asio configuration for every translation unit that includes it.
+target_compile_definitions(${module} PUBLIC BOOST_ASIO_NO_DEPRECATED)

@@ -36,8 +36,9 @@ class Harness {
       : backend_(step) {
     config.host = "127.0.0.1";
     config.port = 0;
-    config.max_body_bytes = kBodyLimit;
-    config.http_threads = 64;
+    config.limits.max_body_bytes = kBodyLimit;
+    config.http_workers = 4;
+    config.log_requests = false;
     server_ = std::make_unique<HttpServer>(config);
     const Status bound = server_->bind();
     EXPECT_TRUE(bound.ok()) << bound.to_string();

@@ -133,7 +133,7 @@ TEST(Jinja, KeepsJsonKeyOrder) {
   EXPECT_EQ(*r, R"({"z": 1, "a": 2, "m": 3}zam)");
 }
 
-// ---- limits: hostile templates stop with a Status -------------------------
+// ---- limits: hostile templates stop with a Status (400: the request's fault) ----
 
 TEST(JinjaLimits, NestedLoopsStopAtTheStepLimit) {
   RenderOptions options;
@@ -142,7 +142,7 @@ TEST(JinjaLimits, NestedLoopsStopAtTheStepLimit) {
       render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
              ordered_json::object(), options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
   EXPECT_TRUE(contains(r.status().message(), "steps")) << r.status().message();
 }
 
@@ -152,7 +152,7 @@ TEST(JinjaLimits, OutputStopsAtTheOutputLimit) {
   auto r = render("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
                   ordered_json::object(), options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
   EXPECT_TRUE(contains(r.status().message(), "output")) << r.status().message();
 }
 
@@ -165,19 +165,19 @@ TEST(JinjaLimits, DoublingStringsStopAtTheAllocationLimit) {
       "%}{{ ns.s | length }}",
       ordered_json::object(), options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
   r = render("{{ 'x' * 9223372036854775807 }}", ordered_json::object(), options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
   r = render("{{ ([1] * 100000000) | length }}", ordered_json::object(), options);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
 }
 
 TEST(JinjaLimits, InfiniteRecursionStopsAtTheCallDepth) {
   auto r = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
   EXPECT_TRUE(contains(r.status().message(), "macro calls nest")) << r.status().message();
 }
 
@@ -227,6 +227,58 @@ TEST(JinjaLimits, DeepNestingIsRefusedAtParseTime) {
   EXPECT_EQ(r->size(), 20000u);
 }
 
+TEST(JinjaLimits, RaisedMessagesAreBounded) {
+  auto r = render("{{ raise_exception('x' * 50000000) }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
+  EXPECT_LT(r.status().message().size(), 2000u);
+  EXPECT_TRUE(contains(r.status().message(), "50000000 bytes")) << r.status().message();
+  // A cut never splits a UTF-8 character.
+  r = render("{{ raise_exception('\u00e9' * 5000) }}");
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.status().message();
+  EXPECT_EQ(m.substr(0, 2), "\u00e9");
+  EXPECT_NE(m.find("... (10000 bytes)"), std::string::npos) << m.substr(m.size() - 40);
+}
+
+TEST(JinjaLimits, ConcurrentRendersShareOneBudget) {
+  // Each render may allocate 64 MiB alone; together they may hold 96 MiB.
+  RenderBudget budget(96 << 20);
+  RenderOptions options;
+  options.limits.max_allocated_bytes = 64 << 20;
+  options.limits.shared_budget = &budget;
+  const std::string hog =
+      "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}"
+      "{% set ns.s = ns.s ~ 'y' %}{% endfor %}{{ ns.s | length }}";
+  // Alone, a render within its own limit succeeds and gives everything back.
+  auto alone = render(hog, ordered_json::object(), options);
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_EQ(budget.in_use(), 0u);
+  // With 60 MiB held by another render, the same render runs out of the
+  // shared budget: 503-class (retry), not the request's fault.
+  ASSERT_TRUE(budget.try_reserve(60 << 20));
+  auto crowded = render(hog, ordered_json::object(), options);
+  ASSERT_FALSE(crowded.ok());
+  EXPECT_EQ(crowded.status().code(), StatusCode::unavailable) << crowded.status().message();
+  budget.release(60 << 20);
+  EXPECT_EQ(budget.in_use(), 0u);
+  // Many threads at once: never more than the capacity, all returned.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) {
+        auto r = render(hog, ordered_json::object(), options);
+        if (!r.ok()) {
+          EXPECT_EQ(r.status().code(), StatusCode::unavailable);
+        }
+        EXPECT_LE(budget.in_use(), budget.capacity());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(budget.in_use(), 0u);
+}
+
 TEST(JinjaLimits, SelfReferenceIsAnErrorNotACrash) {
   auto r = render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}");
   ASSERT_FALSE(r.ok());
@@ -235,7 +287,7 @@ TEST(JinjaLimits, SelfReferenceIsAnErrorNotACrash) {
   const ordered_json deep = ordered_json::parse(std::string(5000, '[') + std::string(5000, ']'));
   r = render("{{ x | length }}", {{"x", deep}});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(r.status().code(), StatusCode::invalid_argument);
 }
 
 TEST(Jinja, OneTemplateRendersFromManyThreads) {

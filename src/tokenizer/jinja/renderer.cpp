@@ -175,11 +175,29 @@ Renderer::Renderer(const Dict& vars, const RenderLimits& limits, std::optional<s
 
 std::time_t Renderer::now() const { return now_ ? *now_ : std::time(nullptr); }
 
+Renderer::~Renderer() {
+  if (limits_.shared_budget != nullptr) limits_.shared_budget->release(reserved_bytes_);
+}
+
 void Renderer::charge(size_t bytes) {
-  allocated_bytes_ += bytes;
-  if (allocated_bytes_ > limits_.max_allocated_bytes) {
+  if (bytes >
+      limits_.max_allocated_bytes - std::min(allocated_bytes_, limits_.max_allocated_bytes)) {
+    allocated_bytes_ = SIZE_MAX;
     throw_error(Error::Kind::limit, "template rendering allocated more than " +
                                         std::to_string(limits_.max_allocated_bytes) + " bytes");
+  }
+  allocated_bytes_ += bytes;
+  if (limits_.shared_budget != nullptr && allocated_bytes_ > reserved_bytes_) {
+    // Reserve in grains, so most charges touch no shared counter.
+    constexpr size_t kGrain = size_t{1} << 20;
+    const size_t need = std::max(kGrain, allocated_bytes_ - reserved_bytes_);
+    if (!limits_.shared_budget->try_reserve(need)) {
+      throw_error(Error::Kind::busy,
+                  "chat templates being rendered by other requests use the server's template "
+                  "memory (" +
+                      std::to_string(limits_.shared_budget->capacity()) + " bytes); retry later");
+    }
+    reserved_bytes_ += need;
   }
 }
 

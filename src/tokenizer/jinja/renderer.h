@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/render_budget.h"
 #include "tokenizer/jinja/value.h"
 
 namespace vpod::tokenizer::jinja {
@@ -26,6 +27,9 @@ struct RenderLimits {
   size_t max_allocated_bytes = size_t{1} << 30;
   int64_t max_steps = 10'000'000;  // expressions evaluated + statements run + loop iterations
   int max_call_depth = 64;         // nested macro calls
+  // Shared by concurrent renders (the server's); nullptr: only the per-render
+  // limit applies. Must outlive the render.
+  RenderBudget* shared_budget = nullptr;
 };
 
 class Scope {
@@ -45,6 +49,10 @@ class Renderer {
  public:
   // `vars` are the render arguments (messages, add_generation_prompt, ...).
   Renderer(const Dict& vars, const RenderLimits& limits, std::optional<std::time_t> now);
+  // Gives back what was reserved from the shared budget.
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   // Renders `body` at the top level and returns the text; throws Error.
   std::string render(const StmtList& body);
@@ -104,6 +112,7 @@ class Renderer {
   std::optional<std::time_t> now_;
   std::string* out_ = nullptr;  // where output goes now (a block set or macro redirects it)
   size_t allocated_bytes_ = 0;
+  size_t reserved_bytes_ = 0;  // taken from limits_.shared_budget, >= allocated_bytes_
   int64_t steps_ = 0;
   int call_depth_ = 0;
   int current_line_ = 0;

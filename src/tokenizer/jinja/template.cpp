@@ -12,10 +12,22 @@ namespace vpod::tokenizer::jinja {
 
 namespace {
 
+// Error messages reach clients and logs; a template may raise one of any
+// size (raise_exception("x" * 50_000_000)), so they are cut to this.
+constexpr size_t kMaxMessageBytes = 1024;
+
+std::string bounded(const std::string& message) {
+  if (message.size() <= kMaxMessageBytes) return message;
+  size_t cut = kMaxMessageBytes;
+  // Back off to a UTF-8 character boundary.
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return message.substr(0, cut) + "... (" + std::to_string(message.size()) + " bytes)";
+}
+
 std::string located(const Error& e, std::string_view what) {
   std::string out(what);
   if (e.line > 0) out += " at line " + std::to_string(e.line);
-  return out + ": " + e.message;
+  return out + ": " + bounded(e.message);
 }
 
 // ---- vLLM's content-format detection over the AST ----------------------------
@@ -94,9 +106,12 @@ Result<std::string> Template::render(const nlohmann::ordered_json& variables,
     Renderer renderer(vars.dict(), options.limits, options.now);
     return renderer.render(*body_);
   } catch (const Error& e) {
+    // A template's limits are the request's fault (400, not retryable); a
+    // message is cut to a size a client and a log can take.
     switch (e.kind) {
-      case Error::Kind::raised: return invalid_argument(e.message);
-      case Error::Kind::limit: return resource_exhausted(located(e, "template rendering stopped"));
+      case Error::Kind::raised: return invalid_argument(bounded(e.message));
+      case Error::Kind::limit: return invalid_argument(located(e, "template rendering stopped"));
+      case Error::Kind::busy: return unavailable(e.message);
       case Error::Kind::unsupported:
         return unimplemented(located(e, "unsupported template construct"));
       default: return invalid_argument(located(e, "template error"));

@@ -54,7 +54,9 @@ class Template {
   // variables. It is an ordered_json because key order is visible to
   // templates (tojson of a tool schema, iterating a dict) and Python keeps it. Errors:
   // invalid_argument with the template's message for raise_exception(), invalid_argument "line N:
-  // ..." for runtime errors (undefined attribute use, type errors), resource_exhausted for limits.
+  // ..." for runtime errors (undefined attribute use, type errors) and for the render's limits,
+  // unavailable when the budget shared with concurrent renders is used up. Messages are cut to
+  // about 1 KiB.
   Result<std::string> render(const nlohmann::ordered_json& variables,
                              const RenderOptions& options = {}) const;
 

@@ -32,6 +32,7 @@ struct Error {
     runtime,      // a Python-level error: undefined use, TypeError, ...
     raised,       // the template called raise_exception(message)
     limit,        // a resource limit (output size, steps, depth) was hit
+    busy,         // the memory budget shared with concurrent renders is used up
     unsupported,  // a construct jinja2 has that this engine does not
   };
   Kind kind;

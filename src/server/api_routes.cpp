@@ -1,0 +1,329 @@
+#include "server/api_routes.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "server/request_parse.h"
+#include "server/utf8.h"
+#include "vpod/build_info.h"
+
+namespace vpod::server {
+namespace {
+
+using nlohmann::json;
+
+// prefix + 32 hex digits, unique per process run.
+std::string request_id(std::string_view prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
+
+Reply json_reply(int status, const json& body) {
+  return {status, "application/json", dump_json(body), {}};
+}
+
+// Compares without an early exit, so the key cannot be guessed byte by byte
+// from response times.
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+RequestLimits limits_for(const ModelCard& card) {
+  RequestLimits limits;
+  limits.max_model_len = card.max_model_len;
+  limits.vocab_size = card.vocab_size;
+  return limits;
+}
+
+// The prompt and what may be generated must fit in --max-model-len.
+std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens, int max_model_len,
+                                      const char* what) {
+  if (prompt_tokens + static_cast<std::size_t>(max_tokens) <=
+      static_cast<std::size_t>(max_model_len)) {
+    return std::nullopt;
+  }
+  return bad_request(
+      fmt::format("This model's maximum context length is {} tokens. However, you "
+                  "requested {} tokens ({} in the {}, {} in the completion). "
+                  "Please reduce the length of the {} or completion.",
+                  max_model_len, prompt_tokens + max_tokens, prompt_tokens, what, max_tokens, what),
+      "max_tokens");
+}
+
+RouteOutcome error_outcome(const ApiError& error) { return {error_reply(error), {}}; }
+
+// Fans the prompts out into n sequences each, submits them, and pairs the
+// call with the builder that turns its deltas into OpenAI JSON.
+RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
+                              const engine::SamplingParams& sampling,
+                              const engine::StopParams& stop,
+                              std::vector<std::vector<std::int32_t>> prompts,
+                              std::vector<std::string> echo_texts, std::function<void()> notify) {
+  std::vector<engine::RequestSpec> specs;
+  specs.reserve(prompts.size() * options.n);
+  for (const auto& prompt : prompts) {
+    for (int i = 0; i < options.n; ++i) {
+      engine::RequestSpec spec{prompt, sampling, stop};
+      if (sampling.seed) spec.sampling.seed = choice_seed(*sampling.seed, i);
+      specs.push_back(std::move(spec));
+    }
+  }
+  auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));
+  if (!call.ok()) return error_outcome(call.error());
+
+  options.created = static_cast<std::int64_t>(std::time(nullptr));
+  options.model = backend.model().id;
+  options.logprobs = sampling.logprobs.has_value();
+  options.stop_token_ids = stop.stop_token_ids;
+  const bool stream = options.stream;
+  std::string id = options.id;
+  Generation g;
+  g.call = std::move(call).value();
+  g.builder = std::make_unique<ResponseBuilder>(
+      std::move(options), [&backend](std::int32_t t) { return backend.token_bytes(t); },
+      std::move(prompts), std::move(echo_texts));
+  g.stream = stream;
+  return {std::move(g), std::move(id)};
+}
+
+}  // namespace
+
+Reply error_reply(const ApiError& error) {
+  Reply r{error.http_status, "application/json", error_body(error), {}};
+  if (error.http_status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+Route match_route(std::string_view method, std::string_view path) {
+  struct Entry {
+    std::string_view path;
+    std::string_view method;
+    Route route;
+  };
+  static constexpr Entry kRoutes[] = {
+      {"/health", "GET", Route::health},
+      {"/metrics", "GET", Route::metrics},
+      {"/version", "GET", Route::version},
+      {"/v1/models", "GET", Route::models},
+      {"/v1/completions", "POST", Route::completions},
+      {"/v1/chat/completions", "POST", Route::chat_completions},
+      {"/tokenize", "POST", Route::tokenize},
+      {"/detokenize", "POST", Route::detokenize},
+  };
+  for (const Entry& e : kRoutes) {
+    if (e.path != path) continue;
+    if (e.method == method || (e.method == "GET" && method == "HEAD")) return e.route;
+    return Route::method_not_allowed;
+  }
+  return Route::not_found;
+}
+
+bool route_has_body(Route route) {
+  switch (route) {
+    case Route::completions:
+    case Route::chat_completions:
+    case Route::tokenize:
+    case Route::detokenize: return true;
+    default: return false;
+  }
+}
+
+bool ApiRoutes::authorized(std::string_view header) const {
+  if (state_.api_key.empty()) return true;
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return false;
+  return constant_time_equal(header.substr(kBearer.size()), state_.api_key);
+}
+
+std::optional<Reply> ApiRoutes::admit(Route route, std::string_view authorization) const {
+  switch (route) {
+    case Route::not_found:
+    case Route::method_not_allowed: return std::nullopt;  // the session names method and path
+    case Route::metrics:
+    case Route::version: return std::nullopt;  // open, and served while loading
+    case Route::health: return std::nullopt;   // info() says 503 while loading or draining
+    default: break;
+  }
+  if (!authorized(authorization)) return error_reply(unauthorized());
+  const bool generation = route == Route::completions || route == Route::chat_completions;
+  if (generation && state_.draining.load()) {
+    return error_reply(service_unavailable("The server is shutting down"));
+  }
+  ServingBackend* b = state_.backend.load();
+  if (b == nullptr || !b->ready()) {
+    return error_reply(service_unavailable("The model is still loading"));
+  }
+  return std::nullopt;
+}
+
+Reply ApiRoutes::info(Route route) const {
+  ServingBackend* b = state_.backend.load();
+  switch (route) {
+    case Route::health:
+      if (state_.draining.load()) {
+        return error_reply(service_unavailable("The server is shutting down"));
+      }
+      if (b == nullptr || !b->ready()) {
+        return error_reply(service_unavailable("The model is still loading"));
+      }
+      return {200, "text/plain; charset=utf-8", "", {}};
+    case Route::metrics: {
+      // Before the model is attached: the engine's metrics at zero.
+      const engine::MetricsSnapshot snapshot =
+          b != nullptr ? b->metrics() : engine::EngineMetrics().snapshot();
+      return {200,
+              "text/plain; version=0.0.4; charset=utf-8",
+              render_metrics(snapshot, state_.metrics),
+              {}};
+    }
+    case Route::version: return json_reply(200, {{"version", build_info::version}});
+    case Route::models: return json_reply(200, models_response(b->model()));  // admitted: b is set
+    default: return error_reply(server_error("not an info route"));
+  }
+}
+
+RouteOutcome ApiRoutes::handle(Route route, const std::string& body,
+                               std::function<void()> notify) const {
+  ServingBackend* b = state_.backend.load();  // admitted: set and ready
+  try {
+    switch (route) {
+      case Route::completions: return completions(body, *b, std::move(notify));
+      case Route::chat_completions: return chat_completions(body, *b, std::move(notify));
+      case Route::tokenize: return {tokenize(body, *b), {}};
+      case Route::detokenize: return {detokenize(body, *b), {}};
+      default: return error_outcome(server_error("not a body route"));
+    }
+  } catch (const std::exception& e) {
+    return error_outcome(server_error(fmt::format("Internal error: {}", e.what())));
+  }
+}
+
+RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& backend,
+                                    std::function<void()> notify) const {
+  const ModelCard& card = backend.model();
+  auto parsed = parse_completion_request(body, limits_for(card));
+  if (!parsed.ok()) return error_outcome(parsed.error());
+  CompletionRequest& r = parsed.value();
+  if (!r.model.empty() && r.model != card.id) return error_outcome(model_not_found(r.model));
+
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::string> echo_texts;
+  for (Prompt& p : r.prompts) {
+    std::vector<std::int32_t> ids = std::move(p.token_ids);
+    if (!p.is_token_ids) {
+      auto tokens = backend.tokenize(p.text, r.add_special_tokens);
+      if (!tokens.ok()) return error_outcome(from_status(tokens.status(), "prompt"));
+      ids = std::move(tokens).value();
+      if (ids.empty()) return error_outcome(bad_request("'prompt' has no tokens", "prompt"));
+    }
+    if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "prompt")) {
+      return error_outcome(*e);
+    }
+    if (r.echo) {
+      if (p.is_token_ids) {
+        auto text = backend.detokenize(ids, r.stop.skip_special_tokens);
+        if (!text.ok()) return error_outcome(from_status(text.status(), "prompt"));
+        echo_texts.push_back(std::move(text).value());
+      } else {
+        echo_texts.push_back(std::move(p.text));
+      }
+    }
+    prompts.push_back(std::move(ids));
+  }
+  ResponseOptions options;
+  options.endpoint = Endpoint::completions;
+  options.id = request_id("cmpl-");
+  options.n = r.output.n;
+  options.stream = r.output.stream;
+  options.include_usage = r.output.include_usage;
+  options.return_token_ids = r.output.return_token_ids;
+  return start_generation(backend, std::move(options), r.sampling, r.stop, std::move(prompts),
+                          std::move(echo_texts), std::move(notify));
+}
+
+RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,
+                                         std::function<void()> notify) const {
+  const ModelCard& card = backend.model();
+  auto parsed = parse_chat_request(body, limits_for(card));
+  if (!parsed.ok()) return error_outcome(parsed.error());
+  ChatRequest& r = parsed.value();
+  if (!r.model.empty() && r.model != card.id) return error_outcome(model_not_found(r.model));
+
+  auto text = backend.apply_chat_template(r.messages, r.chat_template);
+  if (!text.ok()) return error_outcome(from_status(text.status(), "messages"));
+  auto tokens = backend.tokenize(text.value(), r.add_special_tokens);
+  if (!tokens.ok()) return error_outcome(from_status(tokens.status(), "messages"));
+  std::vector<std::int32_t> ids = std::move(tokens).value();
+  if (ids.empty()) return error_outcome(bad_request("'messages' have no tokens", "messages"));
+  // Unset max_tokens: whatever the context has room for.
+  const int room = card.max_model_len - static_cast<int>(ids.size());
+  r.stop.max_tokens = r.max_tokens.value_or(std::max(room, 1));
+  if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages")) {
+    return error_outcome(*e);
+  }
+  if (r.stop.min_tokens > r.stop.max_tokens) {
+    return error_outcome(bad_request(fmt::format("'min_tokens' ({}) must not exceed the {} "
+                                                 "tokens left in the context",
+                                                 r.stop.min_tokens, r.stop.max_tokens),
+                                     "min_tokens"));
+  }
+  ResponseOptions options;
+  options.endpoint = Endpoint::chat;
+  options.id = request_id("chatcmpl-");
+  options.n = r.output.n;
+  options.stream = r.output.stream;
+  options.include_usage = r.output.include_usage;
+  options.return_token_ids = r.output.return_token_ids;
+  std::vector<std::vector<std::int32_t>> prompts;
+  prompts.push_back(std::move(ids));
+  return start_generation(backend, std::move(options), r.sampling, r.stop, std::move(prompts), {},
+                          std::move(notify));
+}
+
+Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) const {
+  const ModelCard& card = backend.model();
+  auto parsed = parse_tokenize_request(body, limits_for(card));
+  if (!parsed.ok()) return error_reply(parsed.error());
+  const TokenizeRequest& r = parsed.value();
+  if (!r.model.empty() && r.model != card.id) return error_reply(model_not_found(r.model));
+  std::string text = r.prompt;
+  if (r.is_chat) {
+    auto rendered = backend.apply_chat_template(r.messages, r.chat_template);
+    if (!rendered.ok()) return error_reply(from_status(rendered.status(), "messages"));
+    text = std::move(rendered).value();
+  }
+  auto tokens = backend.tokenize(text, r.add_special_tokens);
+  if (!tokens.ok()) return error_reply(from_status(tokens.status()));
+  json token_strs = nullptr;
+  if (r.return_token_strs) {
+    token_strs = json::array();
+    for (std::int32_t t : tokens.value())
+      token_strs.push_back(to_valid_utf8(backend.token_bytes(t)));
+  }
+  return json_reply(200, {{"count", tokens->size()},
+                          {"max_model_len", card.max_model_len},
+                          {"tokens", tokens.value()},
+                          {"token_strs", std::move(token_strs)}});
+}
+
+Reply ApiRoutes::detokenize(const std::string& body, ServingBackend& backend) const {
+  const ModelCard& card = backend.model();
+  auto parsed = parse_detokenize_request(body, limits_for(card));
+  if (!parsed.ok()) return error_reply(parsed.error());
+  const DetokenizeRequest& r = parsed.value();
+  if (!r.model.empty() && r.model != card.id) return error_reply(model_not_found(r.model));
+  auto text = backend.detokenize(r.tokens, /*skip_special_tokens=*/false);
+  if (!text.ok()) return error_reply(from_status(text.status(), "tokens"));
+  return json_reply(200, {{"prompt", text.value()}});
+}
+
+}  // namespace vpod::server
