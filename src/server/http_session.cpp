@@ -146,10 +146,12 @@ void HttpSession::arm_deadline(std::chrono::milliseconds timeout) {
 }
 
 void HttpSession::close() {
+  // Timers hold the session: cancelled even when already closed (a client
+  // gone mid-generation keeps a grace timer until its abort is confirmed).
+  if (!gen_) deadline_.cancel();
+  peer_timer_.cancel();
   if (closed_) return;
   closed_ = true;
-  deadline_.cancel();
-  peer_timer_.cancel();
   ErrorCode ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
@@ -422,7 +424,7 @@ void HttpSession::response_done() {
   }
   peer_timer_.cancel();
   parser_.reset();
-  if (closed_) return;
+  if (closed_) return close();  // releases the timers
   if (close_after_ || gone_) return linger_close();
   if (watching_) {
     // The watch read owns the socket's read side; the next request is read

@@ -122,8 +122,11 @@ void expect_error(const httplib::Result& r, int status, const std::string& param
 // A raw client socket, to stop reading or disconnect mid-response.
 class RawClient {
  public:
-  explicit RawClient(int port) {
+  explicit RawClient(int port, int receive_buffer = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) {  // before connect: it sets the window the server may fill
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -510,6 +513,28 @@ TEST(HttpServer, DisconnectAbortsNonStreamedRequest) {
   ASSERT_TRUE(eventually([&] { return h.backend().num_running() == 1; }));
   raw.close();
   EXPECT_TRUE(eventually([&] { return h.backend().num_running() == 0; }, 300ms));
+}
+
+TEST(HttpServer, AStreamNobodyReadsIsAbortedAtItsBufferCap) {
+  ServerConfig config;
+  config.limits.max_stream_buffer_bytes = 64 << 10;
+  Harness h(config, 5ms);
+  h.attach();
+  auto c = h.client();
+  // 128 choices x 500 tokens of SSE (about 10 MB) to a client that reads
+  // nothing: more than the kernel's socket buffers hold, so the server's own
+  // buffer reaches its cap long before the 2.5 s the tokens take.
+  RawClient raw(h.port(), /*receive_buffer=*/4096);
+  raw.send_request("/v1/completions", json({{"prompt", "long"},
+                                            {"max_tokens", 500},
+                                            {"n", 128},
+                                            {"stream", true},
+                                            {"logprobs", 2}})
+                                          .dump());
+  const std::string abort_metric = "vpod_request_success_total{finished_reason=\"abort\"}";
+  EXPECT_TRUE(eventually([&] { return metric(c, abort_metric) >= 1; }, 10s));
+  EXPECT_TRUE(eventually([&] { return h.backend().num_running() == 0; }, 10s));
+  EXPECT_TRUE(eventually([&] { return h.server().num_active_generations() == 0; }, 10s));
 }
 
 TEST(HttpServer, KeepAliveServesManyRequestsOnOneConnection) {
