@@ -61,6 +61,18 @@ std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens,
 
 RouteOutcome error_outcome(const ApiError& error) { return {error_reply(error), {}}; }
 
+// A fresh response id and the request's output options.
+ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output) {
+  ResponseOptions options;
+  options.endpoint = endpoint;
+  options.id = request_id(endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-");
+  options.n = output.n;
+  options.stream = output.stream;
+  options.include_usage = output.include_usage;
+  options.return_token_ids = output.return_token_ids;
+  return options;
+}
+
 // Fans the prompts out into n sequences each, submits them, and pairs the
 // call with the builder that turns its deltas into OpenAI JSON.
 RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
@@ -239,15 +251,8 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
     }
     prompts.push_back(std::move(ids));
   }
-  ResponseOptions options;
-  options.endpoint = Endpoint::completions;
-  options.id = request_id("cmpl-");
-  options.n = r.output.n;
-  options.stream = r.output.stream;
-  options.include_usage = r.output.include_usage;
-  options.return_token_ids = r.output.return_token_ids;
-  return start_generation(backend, std::move(options), r.sampling, r.stop, std::move(prompts),
-                          std::move(echo_texts), std::move(notify));
+  return start_generation(backend, response_options(Endpoint::completions, r.output), r.sampling,
+                          r.stop, std::move(prompts), std::move(echo_texts), std::move(notify));
 }
 
 RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,
@@ -276,17 +281,10 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
                                                  r.stop.min_tokens, r.stop.max_tokens),
                                      "min_tokens"));
   }
-  ResponseOptions options;
-  options.endpoint = Endpoint::chat;
-  options.id = request_id("chatcmpl-");
-  options.n = r.output.n;
-  options.stream = r.output.stream;
-  options.include_usage = r.output.include_usage;
-  options.return_token_ids = r.output.return_token_ids;
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids));
-  return start_generation(backend, std::move(options), r.sampling, r.stop, std::move(prompts), {},
-                          std::move(notify));
+  return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
+                          std::move(prompts), {}, std::move(notify));
 }
 
 Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) const {

@@ -230,7 +230,8 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
         http_error(400, "Obsolete header line folding is not accepted", "bad_request"));
   }
   parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(ctx_.limits.max_header_bytes));
+  parser_->header_limit(
+      static_cast<std::uint32_t>(std::min<std::size_t>(ctx_.limits.max_header_bytes, UINT32_MAX)));
   parser_->body_limit(ctx_.limits.max_body_bytes);
   parser_->eager(false);  // stop after the head: checks come before the body
   const std::size_t used = parser_->put(net::buffer(head.data(), head.size()), ec);
@@ -425,15 +426,20 @@ void HttpSession::response_done() {
   peer_timer_.cancel();
   parser_.reset();
   if (closed_) return close();  // releases the timers
-  if (close_after_ || gone_) return linger_close();
   if (watching_) {
-    // The watch read owns the socket's read side; the next request is read
-    // once it returns (cancelled now, or with bytes of that request).
+    // The watch read owns the socket's read side: the next step (the next
+    // request, or the lingering close) waits until it returns, cancelled now
+    // or with bytes of the next request.
     resume_after_watch_ = true;
     ErrorCode ignored;
     socket_.cancel(ignored);
     return;
   }
+  after_response();
+}
+
+void HttpSession::after_response() {
+  if (close_after_ || gone_) return linger_close();
   wait_for_request(/*first=*/false);
 }
 
@@ -628,7 +634,7 @@ void HttpSession::on_peer_read(ErrorCode ec, std::size_t n) {
     return client_gone();
   }
   if (closed_) return;
-  if (resume) return wait_for_request(/*first=*/false);
+  if (resume) return after_response();
   if (peer_eof_) return check_peer();
   if (in_flight_) watch_peer();
 }

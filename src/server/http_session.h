@@ -102,6 +102,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_reply_written(ErrorCode ec);
   void reply_and_close(const ApiError& error);
   void response_done();
+  void after_response();
   void linger_close();
   void linger_read(std::size_t drained);
 

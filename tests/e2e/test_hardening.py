@@ -507,3 +507,19 @@ def test_access_log_line_per_request(hard):
     line = logged()[0]
     assert "POST /v1/completions HTTP/1.1 200" in line, line
     assert "completion_tokens=3" in line and "prompt_tokens=" in line, line
+
+
+def test_large_json_answers_are_gzipped_for_clients_that_accept_it(hard):
+    big = json.dumps({"prompt": "word " * 2000, "return_token_strs": True}).encode()
+    headers = {"Content-Type": "application/json"}
+    packed = httpx.post(hard.url + "/tokenize", content=big, timeout=30,
+                        headers={**headers, "Accept-Encoding": "gzip"})
+    plain = httpx.post(hard.url + "/tokenize", content=big, timeout=30,
+                       headers={**headers, "Accept-Encoding": "identity"})
+    assert packed.headers["content-encoding"] == "gzip"
+    assert "content-encoding" not in plain.headers
+    assert int(packed.headers["content-length"]) < len(plain.content) // 4
+    assert packed.json() == plain.json()  # httpx inflates it
+    small = httpx.post(hard.url + "/tokenize", content=TOKENIZE, timeout=30,
+                       headers={**headers, "Accept-Encoding": "gzip"})
+    assert "content-encoding" not in small.headers  # not worth it under 1 KiB
