@@ -525,12 +525,10 @@ TEST(HttpServer, AStreamNobodyReadsIsAbortedAtItsBufferCap) {
   // nothing: more than the kernel's socket buffers hold, so the server's own
   // buffer reaches its cap long before the 2.5 s the tokens take.
   RawClient raw(h.port(), /*receive_buffer=*/4096);
-  raw.send_request("/v1/completions", json({{"prompt", "long"},
-                                            {"max_tokens", 500},
-                                            {"n", 128},
-                                            {"stream", true},
-                                            {"logprobs", 2}})
-                                          .dump());
+  raw.send_request(
+      "/v1/completions",
+      json({{"prompt", "long"}, {"max_tokens", 500}, {"n", 128}, {"stream", true}, {"logprobs", 2}})
+          .dump());
   const std::string abort_metric = "vpod_request_success_total{finished_reason=\"abort\"}";
   EXPECT_TRUE(eventually([&] { return metric(c, abort_metric) >= 1; }, 10s));
   EXPECT_TRUE(eventually([&] { return h.backend().num_running() == 0; }, 10s));
