@@ -30,6 +30,10 @@ ApiError payload_too_large(std::size_t limit_bytes) {
           "invalid_request_error", "", "request_too_large"};
 }
 
+ApiError http_error(int status, std::string message, std::string code) {
+  return {status, std::move(message), "invalid_request_error", "", std::move(code)};
+}
+
 ApiError service_unavailable(std::string message) {
   return {503, std::move(message), "service_unavailable", "", "service_unavailable"};
 }

@@ -32,6 +32,8 @@ ApiError model_not_found(const std::string& model);
 ApiError route_not_found(const std::string& method, const std::string& path);
 // 413: the body is over the configured limit.
 ApiError payload_too_large(std::size_t limit_bytes);
+// An HTTP-level refusal (400 bad framing, 415, 431, ...) with a code.
+ApiError http_error(int status, std::string message, std::string code);
 // 503 while the model loads or the server drains.
 ApiError service_unavailable(std::string message);
 // 500: a failure inside vpod, not the client's fault.

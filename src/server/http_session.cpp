@@ -5,11 +5,13 @@
 
 #include <boost/beast/http/read.hpp>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <thread>
 
 #include "common/log.h"
 #include "server/gzip.h"
+#include "server/http_request_head.h"
 
 namespace vpod::server {
 namespace {
@@ -30,9 +32,6 @@ constexpr auto kPeerCheckInterval = 20ms;
 // After an abort, how long the engine gets to confirm it (its final deltas
 // carry the metrics); one engine step is normally enough.
 constexpr auto kAbortGrace = 5s;
-// A client's X-Request-Id is echoed back and logged when it is this short
-// and printable.
-constexpr std::size_t kMaxRequestIdBytes = 128;
 // An HTTP/1.1 interim response: legal before any final one (RFC 9110 15.2),
 // ignored by clients, and answered with a reset by a closed socket.
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -43,19 +42,27 @@ std::string generated_request_id() {
   return fmt::format("req-{:016x}{:016x}", rng(), rng());
 }
 
-bool printable(std::string_view s) {
-  for (char c : s) {
-    if (c < 0x21 || c > 0x7e) return false;
+// The Date header's value (RFC 9110 5.6.7), formatted once a second per thread.
+std::string_view http_date() {
+  thread_local std::time_t formatted = -1;
+  thread_local char text[40];
+  const std::time_t now = std::time(nullptr);
+  if (now != formatted) {
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::strftime(text, sizeof(text), "%a, %d %b %Y %H:%M:%S GMT", &utc);
+    formatted = now;
   }
-  return true;
+  return text;
 }
 
 // The status line and headers of a response.
 std::string response_head(int status, unsigned version,
                           const std::vector<std::pair<std::string, std::string>>& headers) {
   const auto reason = http::obsolete_reason(static_cast<http::status>(status));
-  std::string head = fmt::format("HTTP/{}.{} {} {}\r\n", version / 10, version % 10, status,
-                                 std::string_view(reason.data(), reason.size()));
+  std::string head =
+      fmt::format("HTTP/{}.{} {} {}\r\nDate: {}\r\n", version / 10, version % 10, status,
+                  std::string_view(reason.data(), reason.size()), http_date());
   for (const auto& [name, value] : headers) {
     head += name;
     head += ": ";
@@ -74,24 +81,6 @@ std::string refusal(const ApiError& error) {
                         {"Content-Length", std::to_string(body.size())},
                         {"Connection", "close"}}) +
          body;
-}
-
-// An obsolete line folding (a header line continued on the next line that
-// begins with a space or tab) in the raw head: rejected, as RFC 9112 5.2 allows,
-// since proxies disagree on how to unfold it.
-bool has_obs_fold(std::string_view head) {
-  for (std::size_t at = head.find("\r\n"); at != std::string_view::npos;
-       at = head.find("\r\n", at + 2)) {
-    if (at + 2 < head.size() && (head[at + 2] == ' ' || head[at + 2] == '\t')) return true;
-  }
-  return false;
-}
-
-ApiError http_error(int status, std::string message, std::string code) {
-  ApiError e = bad_request(std::move(message));
-  e.http_status = status;
-  e.code = std::move(code);
-  return e;
 }
 
 }  // namespace
@@ -224,46 +213,27 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
   in_flight_ = true;
   ++ctx_.api->metrics.num_http_in_flight;
 
-  const std::string_view head(static_cast<const char*>(buffer_.data().data()), head_bytes);
-  if (has_obs_fold(head)) {
-    return reply_and_close(
-        http_error(400, "Obsolete header line folding is not accepted", "bad_request"));
-  }
   parser_.emplace();
-  parser_->header_limit(
-      static_cast<std::uint32_t>(std::min<std::size_t>(ctx_.limits.max_header_bytes, UINT32_MAX)));
-  parser_->body_limit(ctx_.limits.max_body_bytes);
-  parser_->eager(false);  // stop after the head: checks come before the body
-  const std::size_t used = parser_->put(net::buffer(head.data(), head.size()), ec);
-  buffer_.consume(used);
-  if (ec == http::error::body_limit) {
-    return reply_and_close(payload_too_large(ctx_.limits.max_body_bytes));
-  }
-  if (ec || !parser_->is_header_done()) {
-    return reply_and_close(
-        http_error(400, fmt::format("Bad HTTP request: {}", ec ? ec.message() : "incomplete head"),
-                   "bad_request"));
-  }
-  const auto& req = parser_->get();
-  method_ = std::string(req.method_string());
-  const std::string_view target = req.target();
-  path_ = std::string(target.substr(0, target.find('?')));
-  version_ = req.version();
-  keep_alive_ = req.keep_alive();
-  head_only_ = req.method() == http::verb::head;
-  gzip_ok_ = accepts_gzip(req[http::field::accept_encoding]);
-  const std::string_view client_id = req["X-Request-Id"];
-  if (!client_id.empty() && client_id.size() <= kMaxRequestIdBytes && printable(client_id)) {
-    request_id_ = std::string(client_id);
-  }
-  if (auto error = check_head(*parser_)) return reply_and_close(*error);
+  auto parsed = parse_request_head(
+      std::string_view(static_cast<const char*>(buffer_.data().data()), head_bytes), ctx_.limits,
+      *parser_);
+  buffer_.consume(head_bytes);
+  if (!parsed.ok()) return reply_and_close(parsed.error());
+  const RequestHead& head = parsed.value();
+  method_ = head.method;
+  path_ = head.path;
+  version_ = head.version;
+  keep_alive_ = head.keep_alive;
+  head_only_ = head.head_only;
+  gzip_ok_ = head.accepts_gzip;
+  request_id_ = head.client_request_id;
 
   route_ = match_route(method_, path_);
   if (route_ == Route::not_found || route_ == Route::method_not_allowed) {
     return reply_and_close(route_not_found(method_, path_));
   }
-  if (auto refused = ctx_.routes->admit(route_, req[http::field::authorization])) {
-    close_after_ = !parser_->is_done();  // the body stays unread
+  if (auto refused = ctx_.routes->admit(route_, head.authorization)) {
+    close_after_ = head.has_body;  // the body stays unread
     return send_reply(std::move(*refused));
   }
   if (route_ == Route::completions || route_ == Route::chat_completions) {
@@ -271,11 +241,11 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
     ++*ctx_.active_generations;
   }
   if (!route_has_body(route_)) {
-    close_after_ = !parser_->is_done();
+    close_after_ = head.has_body;
     return send_reply(ctx_.routes->info(route_));
   }
-  if (parser_->is_done()) return handle();
-  if (boost::beast::iequals(req[http::field::expect], "100-continue")) {
+  if (!head.has_body) return handle();
+  if (head.expects_continue) {
     // The client waits for this before sending the body.
     write_buf_ = std::string(kContinue);
     arm_deadline(ctx_.limits.write_timeout);
@@ -286,34 +256,6 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
                             });
   }
   read_body();
-}
-
-std::optional<ApiError> HttpSession::check_head(const Parser& parser) const {
-  const auto& req = parser.get();
-  const std::size_t count = static_cast<std::size_t>(std::distance(req.begin(), req.end()));
-  if (count > ctx_.limits.max_header_count) {
-    return http_error(431,
-                      fmt::format("The request has {} headers; at most {} are accepted", count,
-                                  ctx_.limits.max_header_count),
-                      "request_header_fields_too_large");
-  }
-  if (req.count(http::field::host) > 1) {
-    return http_error(400, "More than one Host header", "bad_request");
-  }
-  // RFC 9112 6.1: a request whose final transfer coding is not chunked has
-  // no reliable length. vpod decodes no other coding, so only "chunked".
-  if (req.count(http::field::transfer_encoding) > 0 &&
-      !boost::beast::iequals(req[http::field::transfer_encoding], "chunked")) {
-    return http_error(400, "Transfer-Encoding must be chunked alone", "bad_request");
-  }
-  const std::string_view encoding = req[http::field::content_encoding];
-  if (!encoding.empty() && !boost::beast::iequals(encoding, "identity")) {
-    return http_error(415,
-                      "Compressed request bodies are not accepted (Content-Encoding must be "
-                      "identity or absent)",
-                      "unsupported_media_type");
-  }
-  return std::nullopt;
 }
 
 void HttpSession::read_body() {

@@ -29,8 +29,6 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -40,6 +38,7 @@
 #include "server/api_routes.h"
 #include "server/connection_registry.h"
 #include "server/http_limits.h"
+#include "server/http_request_head.h"
 
 namespace vpod::server {
 
@@ -83,7 +82,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void post_abort();
 
  private:
-  using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
   using ErrorCode = boost::system::error_code;
 
   // Reading a request.
@@ -91,7 +89,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void read_head();
   void read_head_more();
   void on_head(ErrorCode ec, std::size_t head_bytes);
-  std::optional<ApiError> check_head(const Parser& parser) const;
   void read_body();
   void on_body(ErrorCode ec);
   void handle();
@@ -137,7 +134,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::size_t head_scanned_ = 0;  // bytes of buffer_ searched for the head's end
 
   // The request being served.
-  std::optional<Parser> parser_;
+  std::optional<RequestParser> parser_;
   Route route_ = Route::not_found;
   std::string method_;
   std::string path_;

@@ -162,6 +162,7 @@ def healthy(url):
 # ---- F1: body limits ---------------------------------------------------------
 
 def test_f1_chunked_body_over_the_limit_is_413(hard):
+    idle = rss_kib(hard.proc.pid)
     s = connect(hard.url)
     head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
@@ -173,6 +174,7 @@ def test_f1_chunked_body_over_the_limit_is_413(hard):
     # What was sent beyond the limit sits in socket buffers (loopback's grow
     # to several MB), not in the server.
     assert sent < 16 << 20, f"{sent} bytes were taken before the 413"
+    assert rss_kib(hard.proc.pid) < 1.5 * idle
     assert healthy(hard.url)
 
 
@@ -200,6 +202,7 @@ def test_f1_no_key_no_body_read(new_server):
     (status, headers, body), = read_responses(c, 1, timeout=5)
     assert status == 401
     assert headers.get("connection") == "close"
+    assert "date" in headers and headers["x-request-id"]
     assert time.monotonic() - start < 1.0
     c.close()
     assert s.stop() == 0
