@@ -51,9 +51,10 @@ TEST(RunRequests, UnlimitedConcurrencySendsEverythingTogether) {
   RunProgress progress;
   const RunOutcome out = run_requests(
       at_once, 0, [](int) { return sleep_then_succeed(100ms, 1); }, progress);
+  // All in parallel: every request was in flight at once (a wall-clock
+  // bound on the duration would fail on a busy machine).
   EXPECT_EQ(out.max_in_flight, 8);
-  // All in parallel: about one request's time, far from eight.
-  EXPECT_LT(out.duration_s, 0.6);
+  EXPECT_EQ(progress.completed.load(), 8);
 }
 
 TEST(RunRequests, SendsAtTheArrivalTimesAndKeepsResultsInOrder) {
@@ -70,10 +71,14 @@ TEST(RunRequests, SendsAtTheArrivalTimesAndKeepsResultsInOrder) {
       },
       progress);
   ASSERT_EQ(out.results.size(), 4u);
+  // Never early, and in arrival order. How late a send may be is not
+  // asserted: a loaded machine can delay any thread arbitrarily.
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(out.results[i].prompt_len, i);
     EXPECT_GE(out.results[i].send_time_s, times[i]);
-    EXPECT_LT(out.results[i].send_time_s, times[i] + 0.05);
+    if (i > 0) {
+      EXPECT_GE(out.results[i].send_time_s, out.results[i - 1].send_time_s);
+    }
   }
   EXPECT_FALSE(out.results[2].success);
   EXPECT_EQ(progress.failed.load(), 1);
