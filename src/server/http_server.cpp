@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -55,6 +56,7 @@ class HttpServer::Impl {
         routes(api) {
     api.api_key = config.api_key;
     io.emplace();
+    work.emplace(io->get_executor());
     acceptor.emplace(*io);
     stats_timer.emplace(*io);
   }
@@ -75,7 +77,13 @@ class HttpServer::Impl {
   ApiState api;
   ConnectionRegistry registry;
   ApiRoutes routes;
+  // Guards the loop's lifetime: serve() (release_loop) destroys it while
+  // shutdown() and abort_in_flight() post to it from other threads.
+  std::mutex loop_mutex;
   std::optional<net::io_context> io;
+  // Keeps run() going until shutdown() stops the loop, even when no
+  // connection or timer is pending.
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::steady_timer> stats_timer;
   std::optional<engine::MetricsSnapshot> last_stats;
@@ -93,11 +101,13 @@ void HttpServer::Impl::release_loop() {
     std::lock_guard lock(gate->mutex);
     gate->open = false;
   }
+  std::lock_guard lock(loop_mutex);
   if (!io) return;
   io->stop();
   workers.join();
   stats_timer.reset();
   acceptor.reset();
+  work.reset();
   io.reset();
 }
 
@@ -233,28 +243,33 @@ void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   if (s.active_generations.load() > 0) {
     VPOD_LOG_INFO("drain deadline passed: aborting {} requests", s.active_generations.load());
   }
-  s.abort_all = true;
-  s.registry.for_each([](HttpSession& session) { session.post_abort(); });
+  abort_in_flight();
   wait_idle(Clock::now() + kAbortGrace, /*until_abort=*/false);
 
   // Stop accepting, close every connection, and let the loop wind down.
   s.stopped = true;
-  net::post(*s.io, [&s] {
-    boost::system::error_code ignored;
-    s.acceptor->close(ignored);
-    s.stats_timer->cancel();
-  });
-  s.registry.for_each([](HttpSession& session) { session.post_close(); });
+  {
+    std::lock_guard lock(s.loop_mutex);
+    if (!s.io) return;  // serve() has already released the loop
+    net::post(*s.io, [&s] {
+      boost::system::error_code ignored;
+      s.acceptor->close(ignored);
+      s.stats_timer->cancel();
+    });
+    s.registry.for_each([](HttpSession& session) { session.post_close(); });
+  }
   const auto deadline = Clock::now() + 2s;
   while (s.registry.size() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
   // serve() returns and releases the loop (release_loop()).
-  s.io->stop();
+  std::lock_guard lock(s.loop_mutex);
+  if (s.io) s.io->stop();
 }
 
 void HttpServer::abort_in_flight() {
   Impl& s = *impl_;
   s.abort_all = true;
-  s.registry.for_each([](HttpSession& session) { session.post_abort(); });
+  std::lock_guard lock(s.loop_mutex);
+  if (s.io) s.registry.for_each([](HttpSession& session) { session.post_abort(); });
 }
 
 bool HttpServer::draining() const { return impl_->api.draining.load(); }

@@ -26,7 +26,7 @@ constexpr std::size_t kGzipMinBytes = 1024;
 // and dropped before closing, so the client's unread data does not turn the
 // close into a reset that destroys the answer in flight.
 constexpr auto kLingerTime = 2s;
-constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
+constexpr std::size_t kLingerBytes = std::size_t{64} << 20;
 // A half-closed client waiting for its answer is checked this often for a reset.
 constexpr auto kPeerCheckInterval = 20ms;
 // After an abort, how long the engine gets to confirm it (its final deltas
