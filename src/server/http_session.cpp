@@ -203,12 +203,10 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
   started_ = Clock::now();
   status_ = 0;
   prompt_tokens_ = completion_tokens_ = 0;
-  method_ = "-";
-  path_ = "-";
+  head_ = RequestHead{};
+  head_.method = head_.path = "-";
   request_id_.clear();
   close_after_ = false;
-  head_only_ = false;
-  gzip_ok_ = false;
   probe_sent_ = false;
   in_flight_ = true;
   ++ctx_.api->metrics.num_http_in_flight;
@@ -219,21 +217,15 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
       *parser_);
   buffer_.consume(head_bytes);
   if (!parsed.ok()) return reply_and_close(parsed.error());
-  const RequestHead& head = parsed.value();
-  method_ = head.method;
-  path_ = head.path;
-  version_ = head.version;
-  keep_alive_ = head.keep_alive;
-  head_only_ = head.head_only;
-  gzip_ok_ = head.accepts_gzip;
-  request_id_ = head.client_request_id;
+  head_ = std::move(parsed).value();
+  request_id_ = head_.client_request_id;
 
-  route_ = match_route(method_, path_);
+  route_ = match_route(head_.method, head_.path);
   if (route_ == Route::not_found || route_ == Route::method_not_allowed) {
-    return reply_and_close(route_not_found(method_, path_));
+    return reply_and_close(route_not_found(head_.method, head_.path));
   }
-  if (auto refused = ctx_.routes->admit(route_, head.authorization)) {
-    close_after_ = head.has_body;  // the body stays unread
+  if (auto refused = ctx_.routes->admit(route_, head_.authorization)) {
+    close_after_ = head_.has_body;  // the body stays unread
     return send_reply(std::move(*refused));
   }
   if (route_ == Route::completions || route_ == Route::chat_completions) {
@@ -241,11 +233,11 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
     ++*ctx_.active_generations;
   }
   if (!route_has_body(route_)) {
-    close_after_ = head.has_body;
+    close_after_ = head_.has_body;
     return send_reply(ctx_.routes->info(route_));
   }
-  if (!head.has_body) return handle();
-  if (head.expects_continue) {
+  if (!head_.has_body) return handle();
+  if (head_.expects_continue) {
     // The client waits for this before sending the body.
     write_buf_ = std::string(kContinue);
     arm_deadline(ctx_.limits.write_timeout);
@@ -310,11 +302,11 @@ void HttpSession::send_reply(Reply reply) {
   if (closed_) return response_done();
   status_ = reply.status;
   if (request_id_.empty()) request_id_ = generated_request_id();
-  close_after_ = close_after_ || !keep_alive_ || peer_eof_;
+  close_after_ = close_after_ || !head_.keep_alive || peer_eof_;
   std::vector<std::pair<std::string, std::string>> headers;
   headers.reserve(reply.headers.size() + 6);
   headers.emplace_back("Content-Type", reply.content_type);
-  if (gzip_ok_ && reply.body.size() >= kGzipMinBytes) {
+  if (head_.accepts_gzip && reply.body.size() >= kGzipMinBytes) {
     if (auto packed = gzip_compress(reply.body)) {
       reply.body = std::move(*packed);
       headers.emplace_back("Content-Encoding", "gzip");
@@ -325,12 +317,12 @@ void HttpSession::send_reply(Reply reply) {
   headers.emplace_back("X-Request-Id", request_id_);
   if (close_after_) {
     headers.emplace_back("Connection", "close");
-  } else if (version_ < 11) {
+  } else if (head_.version < 11) {
     headers.emplace_back("Connection", "keep-alive");
   }
   for (auto& h : reply.headers) headers.push_back(std::move(h));
-  write_buf_ = response_head(reply.status, version_ < 11 ? 10 : 11, headers);
-  if (!head_only_) write_buf_ += reply.body;
+  write_buf_ = response_head(reply.status, head_.version < 11 ? 10 : 11, headers);
+  if (!head_.head_only) write_buf_ += reply.body;
   writing_ = true;
   arm_deadline(ctx_.limits.write_timeout);
   net::async_write(
@@ -410,9 +402,9 @@ void HttpSession::linger_read(std::size_t drained) {
 void HttpSession::log_access() const {
   if (!ctx_.log_requests) return;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
-  VPOD_LOG_INFO("{} {} HTTP/{}.{} {} {:.1f}ms id={} prompt_tokens={} completion_tokens={}", method_,
-                path_, version_ / 10, version_ % 10, status_ == 0 ? 499 : status_, ms, request_id_,
-                prompt_tokens_, completion_tokens_);
+  VPOD_LOG_INFO("{} {} HTTP/{}.{} {} {:.1f}ms id={} prompt_tokens={} completion_tokens={}",
+                head_.method, head_.path, head_.version / 10, head_.version % 10,
+                status_ == 0 ? 499 : status_, ms, request_id_, prompt_tokens_, completion_tokens_);
 }
 
 // ---------------------------------------------------------------- generation
@@ -447,14 +439,14 @@ void HttpSession::start_generation(Generation generation) {
         {"Cache-Control", "no-cache"},
         {"X-Request-Id", request_id_},
     };
-    if (version_ >= 11) {
+    if (head_.version >= 11) {
       headers.emplace_back("Transfer-Encoding", "chunked");
-      if (!keep_alive_ || peer_eof_) headers.emplace_back("Connection", "close");
+      if (!head_.keep_alive || peer_eof_) headers.emplace_back("Connection", "close");
     } else {
       close_after_ = true;  // HTTP/1.0: the stream ends when the connection does
       headers.emplace_back("Connection", "close");
     }
-    stream_head_ = response_head(200, version_ < 11 ? 10 : 11, headers);
+    stream_head_ = response_head(200, head_.version < 11 ? 10 : 11, headers);
   }
   pump();
   if (gen_ && gen_->stream) flush_stream();  // the head goes out now
@@ -497,7 +489,7 @@ void HttpSession::pump() {
 
 void HttpSession::flush_stream() {
   if (writing_ || closed_ || !gen_ || final_write_started_) return;
-  const bool chunked = version_ >= 11;
+  const bool chunked = head_.version >= 11;
   write_buf_.clear();
   write_buf_.swap(stream_head_);
   if (!stream_out_.empty()) {
@@ -585,7 +577,7 @@ void HttpSession::check_peer() {
   if (closed_ || !in_flight_) return;
   if (peer_reset()) return client_gone();
   // A half-closed client may be waiting for its answer: probe it once.
-  if (gen_ && !gen_->stream && !probe_sent_ && !writing_ && version_ >= 11) {
+  if (gen_ && !gen_->stream && !probe_sent_ && !writing_ && head_.version >= 11) {
     probe_sent_ = true;
     write_buf_ = std::string(kContinue);
     writing_ = true;

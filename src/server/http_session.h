@@ -136,13 +136,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The request being served.
   std::optional<RequestParser> parser_;
   Route route_ = Route::not_found;
-  std::string method_;
-  std::string path_;
-  unsigned version_ = 11;
-  bool keep_alive_ = true;
+  RequestHead head_;          // method and path "-" until a head has been parsed
   bool close_after_ = false;  // close once this response is written
-  bool head_only_ = false;    // HEAD: headers without the body
-  bool gzip_ok_ = false;
   std::string request_id_;
   std::chrono::steady_clock::time_point started_;
   int status_ = 0;

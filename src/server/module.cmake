@@ -7,5 +7,5 @@ target_link_libraries(${module} PUBLIC Boost::headers PRIVATE ZLIB::ZLIB Threads
 # One Asio configuration for every translation unit that includes it.
 target_compile_definitions(${module} PUBLIC BOOST_ASIO_NO_DEPRECATED)
 # GCC's -Wmaybe-uninitialized misfires inside Beast's parser (boost::optional
-# in basic_parser::do_field) under sanitizer builds; Beast's own CI disables it.
+# in basic_parser::do_field) under sanitizer builds: a known false positive.
 target_compile_options(${module} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)

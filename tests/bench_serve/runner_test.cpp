@@ -71,14 +71,12 @@ TEST(RunRequests, SendsAtTheArrivalTimesAndKeepsResultsInOrder) {
       },
       progress);
   ASSERT_EQ(out.results.size(), 4u);
-  // Never early, and in arrival order. How late a send may be is not
-  // asserted: a loaded machine can delay any thread arbitrarily.
+  // Never early, and each result in its request's slot. How late a send may
+  // be is not asserted, nor the order of send times (each is taken on its
+  // own thread): a loaded machine can delay any thread arbitrarily.
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(out.results[i].prompt_len, i);
     EXPECT_GE(out.results[i].send_time_s, times[i]);
-    if (i > 0) {
-      EXPECT_GE(out.results[i].send_time_s, out.results[i - 1].send_time_s);
-    }
   }
   EXPECT_FALSE(out.results[2].success);
   EXPECT_EQ(progress.failed.load(), 1);

@@ -93,6 +93,7 @@ class Value {
   bool is_int() const { return std::holds_alternative<int64_t>(data_); }
   bool is_float() const { return std::holds_alternative<double>(data_); }
   bool is_number() const { return is_int() || is_float() || is_bool(); }  // Python numbers.Number
+  bool is_integral() const { return is_int() || is_bool(); }  // Python int (bool is one)
   bool is_string() const { return std::holds_alternative<StringPtr>(data_); }
   bool is_list() const { return std::holds_alternative<ListPtr>(data_); }  // list or tuple
   bool is_dict() const { return std::holds_alternative<DictPtr>(data_); }
