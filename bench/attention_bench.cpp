@@ -40,7 +40,6 @@ namespace {
 using attention::AttentionBuffers;
 using attention::AttentionDims;
 using attention::AttentionPlan;
-using attention::PagedKvView;
 using attention::PlanOptions;
 using nlohmann::json;
 

@@ -33,7 +33,7 @@ class ModelRunner final : public ModelExecutor {
   model::Model& model_;
   std::vector<KvLayerView> kv_views_;
   kvcache::PagedKvCache* paged_cache_ = nullptr;  // set: forward through block tables
-  std::vector<kvcache::PagedKvLayerView> paged_views_;
+  std::vector<PagedKvView> paged_views_;
   std::vector<kernels::SampleRequest> requests_;  // reused every step
   std::vector<kernels::SampleResult> results_;
 };

@@ -77,10 +77,10 @@ Status PagedKvCache::init() {
 
 PagedKvCache::~PagedKvCache() { std::free(host_allocation_); }
 
-PagedKvLayerView PagedKvCache::layer_view(int layer) const {
+PagedKvView PagedKvCache::layer_view(int layer) const {
   VPOD_CHECK(layer >= 0 && layer < config_.shape.num_layers);
   const KvShape& shape = config_.shape;
-  PagedKvLayerView view;
+  PagedKvView view;
   view.dtype = shape.dtype;
   view.device = config_.device;
   view.num_blocks = num_blocks_;

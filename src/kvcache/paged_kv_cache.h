@@ -24,7 +24,7 @@
 
 #include "cuda/device_buffer.h"
 #include "kvcache/kv_store.h"
-#include "kvcache/paged_kv_view.h"
+#include "common/kv_view.h"
 
 namespace vpod::kvcache {
 
@@ -53,7 +53,7 @@ class PagedKvCache final : public KvStore {
   std::size_t block_bytes() const { return config_.block_size * config_.shape.bytes_per_token(); }
 
   // Layer `layer`'s pools and the block tables (device copy on CUDA).
-  PagedKvLayerView layer_view(int layer) const;
+  PagedKvView layer_view(int layer) const;
   // The slot's allocated blocks, in token order (host copy).
   std::vector<std::int32_t> block_table(int slot) const;
   // CUDA: copies the host block tables to the device copy on `stream` if they

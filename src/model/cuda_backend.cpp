@@ -497,7 +497,7 @@ class CudaBackend final : public Backend {
                                           static_cast<int>(q.size(2)), blocks.paged()));
     }
     if (blocks.paged()) {
-      attention::PagedKvView paged;
+      PagedKvView paged;
       paged.k = kv.k;
       paged.v = kv.v;
       paged.dtype = kv.dtype;

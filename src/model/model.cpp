@@ -266,7 +266,7 @@ Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLa
 }
 
 Result<TensorView> Model::forward(const HybridBatch& batch,
-                                  std::span<const kvcache::PagedKvLayerView> kv, LogitsMode mode) {
+                                  std::span<const PagedKvView> kv, LogitsMode mode) {
   if (!backend_.supports_paged_kv(config_.head_dim)) {
     return unimplemented(
         "the paged KV cache needs the attention kernels (fp16/bf16, head_dim 64 "
@@ -275,7 +275,7 @@ Result<TensorView> Model::forward(const HybridBatch& batch,
   }
   paged_views_.clear();
   paged_blocks_.clear();
-  for (const kvcache::PagedKvLayerView& p : kv) {
+  for (const PagedKvView& p : kv) {
     if (p.block_table == nullptr || p.block_size < 1 || (p.block_size & (p.block_size - 1)) != 0 ||
         p.max_blocks_per_slot < 1) {
       return invalid_argument("paged KV view needs a block table and a power-of-two block size");

@@ -20,7 +20,7 @@
 #include "common/kv_view.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
-#include "kvcache/paged_kv_view.h"
+#include "common/kv_view.h"
 #include "model/backend.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -70,7 +70,7 @@ class Model {
   // tables must be synced to the device before the call). Needs
   // backend().supports_paged_kv(head_dim).
   Result<TensorView> forward(const HybridBatch& batch,
-                             std::span<const kvcache::PagedKvLayerView> kv,
+                             std::span<const PagedKvView> kv,
                              LogitsMode mode = LogitsMode::last_per_sequence);
 
   // Turns step graphs on or off (benchmarks, tests: graph == eager). On by

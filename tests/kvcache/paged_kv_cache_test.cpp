@@ -1,5 +1,5 @@
 // The paged baseline on the CPU: block allocation, block tables, capacity,
-// out-of-memory, and data addressed through PagedKvLayerView exactly as a
+// out-of-memory, and data addressed through PagedKvView exactly as a
 // paged-attention kernel would (a random workload against a model).
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ PagedKvCacheConfig small_paged(int block_size, int blocks) {
   return config;
 }
 
-float* paged_element(const PagedKvLayerView& view, int kv, int slot, std::int64_t token, int head,
+float* paged_element(const PagedKvView& view, int kv, int slot, std::int64_t token, int head,
                      int d) {
   const std::int32_t block =
       view.block_table[slot * view.max_blocks_per_slot + token / view.block_size];
@@ -38,7 +38,7 @@ void write_paged(const PagedKvCache& cache, int slot, std::uint32_t tag, std::in
                  std::int64_t end) {
   const KvShape& shape = cache.config().shape;
   for (int layer = 0; layer < shape.num_layers; ++layer) {
-    const PagedKvLayerView view = cache.layer_view(layer);
+    const PagedKvView view = cache.layer_view(layer);
     for (int kv = 0; kv < 2; ++kv) {
       for (std::int64_t t = begin; t < end; ++t) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {
@@ -56,7 +56,7 @@ std::int64_t paged_mismatches(const PagedKvCache& cache, int slot, std::uint32_t
   const KvShape& shape = cache.config().shape;
   std::int64_t bad = 0;
   for (int layer = 0; layer < shape.num_layers; ++layer) {
-    const PagedKvLayerView view = cache.layer_view(layer);
+    const PagedKvView view = cache.layer_view(layer);
     for (int kv = 0; kv < 2; ++kv) {
       for (std::int64_t t = 0; t < end; ++t) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {

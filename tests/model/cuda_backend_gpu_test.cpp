@@ -389,7 +389,7 @@ TEST(CudaBackend, PagedKvMatchesContiguousCache) {
     auto want = m.forward(b, contiguous->views());
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const std::vector<float> want_host = testing::download(**backend, *want);
-    auto got = m.forward(b, std::span<const kvcache::PagedKvLayerView>(paged.views));
+    auto got = m.forward(b, std::span<const PagedKvView>(paged.views));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     const std::vector<float> got_host = testing::download(**backend, *got);
     ASSERT_EQ(got_host.size(), want_host.size());

@@ -30,7 +30,7 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const std::vector<float> want_host(static_cast<const float*>(want->data()),
                                        static_cast<const float*>(want->data()) + want->numel());
-    auto got = m.forward(b, std::span<const kvcache::PagedKvLayerView>(paged.views));
+    auto got = m.forward(b, std::span<const PagedKvView>(paged.views));
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     ASSERT_EQ(got->numel(), static_cast<std::int64_t>(want_host.size()));
     EXPECT_EQ(std::memcmp(got->data(), want_host.data(), want_host.size() * sizeof(float)), 0)
@@ -41,7 +41,7 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
   // layer, in both caches.
   const int layer = m.config().num_layers - 1;
   const KvLayerView& cv = contiguous->views()[layer];
-  const kvcache::PagedKvLayerView& pv = paged.views[layer];
+  const PagedKvView& pv = paged.views[layer];
   const int slot = 2, token = 40;
   const std::int64_t block =
       paged.table[static_cast<std::size_t>(slot * pv.max_blocks_per_slot + token / pv.block_size)];
@@ -59,10 +59,10 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
   EXPECT_NE(want_k[0], 0.0f);  // written at all
 
   // A table too short for the context is rejected before any op runs.
-  std::vector<kvcache::PagedKvLayerView> short_views = paged.views;
+  std::vector<PagedKvView> short_views = paged.views;
   for (auto& v : short_views) v.max_blocks_per_slot = 2;  // 32 tokens per slot
   const auto steps = testing::paged_scenario(m.config().vocab_size);
-  EXPECT_FALSE(m.forward(steps[0], std::span<const kvcache::PagedKvLayerView>(short_views)).ok());
+  EXPECT_FALSE(m.forward(steps[0], std::span<const PagedKvView>(short_views)).ok());
 }
 
 }  // namespace

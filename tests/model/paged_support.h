@@ -11,14 +11,14 @@
 #include <random>
 #include <vector>
 
-#include "kvcache/paged_kv_view.h"
+#include "common/kv_view.h"
 #include "model/model.h"
 
 namespace vpod::model::testing {
 
 struct PagedKv {
   std::vector<std::unique_ptr<BackendBuffer>> buffers;
-  std::vector<kvcache::PagedKvLayerView> views;
+  std::vector<PagedKvView> views;
   std::vector<std::int32_t> table;  // host copy of the block table
 };
 
@@ -44,7 +44,7 @@ inline PagedKv make_paged_kv(
     auto k = backend.allocate(pool_bytes);
     auto v = backend.allocate(pool_bytes);
     EXPECT_TRUE(k.ok() && v.ok());
-    kvcache::PagedKvLayerView view;
+    PagedKvView view;
     view.k = (*k)->data();
     view.v = (*v)->data();
     view.dtype = backend.compute_dtype();

@@ -50,26 +50,8 @@ struct AttentionDims {
 // Checks heads, head_dim and dtype against what the kernels support.
 Status validate_dims(const AttentionDims& dims);
 
-// K/V behind a block table (the PagedAttention baseline). Element
-// (slot, token, head, d) lives at base + block_table[slot * max_blocks_per_slot
-// + token / block_size] * block_stride + (token % block_size) * token_stride +
-// head * head_stride + d. The table row of a sequence is its BatchSequence::slot.
-struct PagedKvView {
-  void* k = nullptr;
-  void* v = nullptr;
-  DType dtype = DType::f16;
-  Device device = Device::cpu;
-  int num_blocks = 0;
-  int block_size = 0;  // tokens per block: a power of two (16 and 256 are benchmarked)
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  std::int64_t block_stride = 0;  // elements
-  std::int64_t token_stride = 0;
-  std::int64_t head_stride = 0;
-  const std::int32_t* block_table = nullptr;  // [num_slots, max_blocks_per_slot], same device
-  int num_slots = 0;
-  int max_blocks_per_slot = 0;
-};
+// PagedKvView (the paged baseline's block table) is vpod::PagedKvView in
+// common/kv_view.h.
 
 // The decode kernel a plan is cut for (docs/attention.md).
 enum class DecodeKernel {
