@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/benches.h"
+#include "common/splitmix64.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,10 +47,8 @@ double thread_cpu_seconds() {
 struct Rng {
   std::uint64_t state;
   std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    state += kSplitMix64Gamma;
+    return splitmix64_finalize(state);
   }
   std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
 };

@@ -209,13 +209,6 @@ Status write_text(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  std::uint64_t z = x + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 std::uint64_t fnv1a64(std::string_view text) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : text) {

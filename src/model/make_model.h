@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/splitmix64.h"
 #include "common/status.h"
 #include "model/model_config.h"
 
@@ -67,8 +68,8 @@ Result<std::vector<std::string>> make_model(const MakeModelOptions& options);
 // beside the source tree, /work/shared/fixtures. Empty when none exists.
 std::filesystem::path find_fixtures_dir();
 
-// The PRNG above, exposed for tests and the Python reference.
-std::uint64_t splitmix64(std::uint64_t x);
+// The PRNG above (common/splitmix64.h), exposed for tests and the Python reference.
+using vpod::splitmix64;
 std::uint64_t fnv1a64(std::string_view text);
 float random_weight_value(std::uint64_t key, std::uint64_t index, int init_kind,
                           float initializer_range);

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "common/json_nesting.h"
 #include "model/model_config.h"
 
 namespace vpod::model {
@@ -33,34 +34,6 @@ Status corrupt(std::string_view file, std::string_view tensor, const std::string
   std::string msg(file);
   if (!tensor.empty()) msg += ": tensor '" + std::string(tensor) + "'";
   return data_loss(msg + ": " + what);
-}
-
-// Rejects deeply nested JSON before it reaches the parser (a hostile header
-// of a million '[' must not exhaust the stack).
-bool nesting_within(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (ch == '"') {
-      in_string = true;
-    } else if (ch == '{' || ch == '[') {
-      if (++depth > max_depth) return false;
-    } else if (ch == '}' || ch == ']') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 Result<DType> parse_st_dtype(const std::string& name, std::string_view file,
@@ -104,7 +77,7 @@ Result<std::vector<SafetensorsEntry>> parse_safetensors_header(std::string_view 
                        " is out of bounds for a file of " + std::to_string(file_bytes) + " bytes");
   }
   const std::uint64_t data_bytes = file_bytes - 8 - header.size();
-  if (!nesting_within(header, kMaxHeaderNesting)) {
+  if (!json_nesting_within(header, kMaxHeaderNesting)) {
     return corrupt(
         file, "",
         "header JSON is nested deeper than " + std::to_string(kMaxHeaderNesting) + " levels");

@@ -7,8 +7,8 @@
 #include <random>
 #include <thread>
 
+#include "common/utf8.h"
 #include "server/request_parse.h"
-#include "server/utf8.h"
 #include "vpod/build_info.h"
 
 namespace vpod::server {
@@ -304,8 +304,7 @@ Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) cons
   json token_strs = nullptr;
   if (r.return_token_strs) {
     token_strs = json::array();
-    for (std::int32_t t : tokens.value())
-      token_strs.push_back(to_valid_utf8(backend.token_bytes(t)));
+    for (std::int32_t t : tokens.value()) token_strs.push_back(utf8::lossy(backend.token_bytes(t)));
   }
   return json_reply(200, {{"count", tokens->size()},
                           {"max_model_len", card.max_model_len},

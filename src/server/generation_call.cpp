@@ -1,23 +1,11 @@
 #include "server/generation_call.h"
 
+#include "common/splitmix64.h"
+
 namespace vpod::server {
-namespace {
-
-// SplitMix64's finalizer: a bijection that scatters nearby inputs.
-std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
-
 std::uint64_t choice_seed(std::uint64_t seed, int index) {
   if (index == 0) return seed;
-  return mix64(seed + 0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(index));
+  return splitmix64_finalize(seed + kSplitMix64Gamma * static_cast<std::uint64_t>(index));
 }
 
 ApiResult<std::unique_ptr<GenerationCall>> GenerationCall::start(

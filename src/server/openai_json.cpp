@@ -4,7 +4,7 @@
 #include <cmath>
 #include <span>
 
-#include "server/utf8.h"
+#include "common/utf8.h"
 
 namespace vpod::server {
 namespace {
@@ -72,7 +72,7 @@ ResponseBuilder::ResponseBuilder(ResponseOptions options, TokenBytesFn token_byt
     for (int i = 0; i < options_.n; ++i) {
       Choice choice;
       choice.prompt_index = static_cast<int>(p);
-      choice.text_offset = count_code_points(echo_texts_[p]);
+      choice.text_offset = utf8::count_chars(echo_texts_[p]);
       choices_.push_back(std::move(choice));
     }
   }
@@ -119,11 +119,11 @@ json ResponseBuilder::logprobs_json(Choice& choice,
       json top = json::array();
       for (const engine::TokenLogprob& t : top_of(l)) {
         const std::string t_bytes = token_bytes_(t.token);
-        top.push_back({{"token", to_valid_utf8(t_bytes)},
+        top.push_back({{"token", utf8::lossy(t_bytes)},
                        {"logprob", reported(t.logprob)},
                        {"bytes", bytes_json(t_bytes)}});
       }
-      content.push_back({{"token", to_valid_utf8(bytes)},
+      content.push_back({{"token", utf8::lossy(bytes)},
                          {"logprob", reported(l.logprob)},
                          {"bytes", bytes_json(bytes)},
                          {"top_logprobs", std::move(top)}});
@@ -133,20 +133,20 @@ json ResponseBuilder::logprobs_json(Choice& choice,
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
   for (const engine::SampledToken& l : logprobs) {
-    const std::string text = to_valid_utf8(token_bytes_(l.token));
+    const std::string text = utf8::lossy(token_bytes_(l.token));
     tokens.push_back(text);
     token_logprobs.push_back(reported(l.logprob));
     // A dict keyed by token text (as OpenAI and vLLM); the sampled token is
     // always in it. The first (most likely) of equal texts wins.
     json top = json::object();
     for (const engine::TokenLogprob& t : top_of(l)) {
-      const std::string key = to_valid_utf8(token_bytes_(t.token));
+      const std::string key = utf8::lossy(token_bytes_(t.token));
       if (!top.contains(key)) top[key] = reported(t.logprob);
     }
     if (l.num_top > 0 && !top.contains(text)) top[text] = reported(l.logprob);
     top_logprobs.push_back(l.num_top > 0 ? std::move(top) : json(nullptr));
     text_offset.push_back(choice.text_offset);
-    choice.text_offset += count_code_points(text);
+    choice.text_offset += utf8::count_chars(text);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},

@@ -6,7 +6,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "server/utf8.h"
+#include "common/json_nesting.h"
+#include "common/utf8.h"
 
 namespace vpod::server {
 namespace {
@@ -19,38 +20,10 @@ using json = nlohmann::ordered_json;
 constexpr std::size_t kMaxStopStrings = 64;
 constexpr std::size_t kMaxStopTokenIds = 1024;
 
-// Rejects nesting deeper than `max_depth` without building anything, so the
-// JSON parser never sees a pathologically deep document.
-bool nesting_within(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 ApiResult<json> parse_json_object(std::string_view body, const RequestLimits& limits) {
   if (body.empty()) return bad_request("The request body is empty; expected a JSON object");
-  if (!is_valid_utf8(body)) return bad_request("The request body is not valid UTF-8");
-  if (!nesting_within(body, limits.max_json_depth)) {
+  if (!utf8::is_valid(body)) return bad_request("The request body is not valid UTF-8");
+  if (!json_nesting_within(body, limits.max_json_depth)) {
     return bad_request(
         fmt::format("The request body nests deeper than {} levels", limits.max_json_depth));
   }
@@ -413,7 +386,7 @@ ApiResult<json> parse_tool_calls(const json& calls, const std::string& where) {
       if (args->is_string()) {
         const std::string& text = args->get_ref<const std::string&>();
         // The body's nesting limit held for the string, not for what it holds.
-        if (!nesting_within(text, RequestLimits{}.max_json_depth)) {
+        if (!json_nesting_within(text, RequestLimits{}.max_json_depth)) {
           return bad("'arguments' nests too deeply");
         }
         json value = json::parse(text, nullptr, /*allow_exceptions=*/false);

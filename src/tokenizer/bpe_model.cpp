@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace vpod::tokenizer {
 namespace {

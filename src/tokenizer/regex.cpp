@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace vpod::tokenizer {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace vpod::tokenizer {
 

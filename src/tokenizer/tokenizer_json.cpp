@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/utf8.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer {
 

@@ -6,7 +6,6 @@
 #include <random>
 #include <string>
 
-#include "server/utf8.h"
 #include "tokenizer/chat_template.h"
 
 namespace vpod::server {
@@ -420,22 +419,6 @@ TEST(TokenizeParse, PromptAndMessages) {
   expect_bad(parse_detokenize_request(R"({"tokens": [1000]})", limits()), "tokens");
   expect_bad(parse_detokenize_request(R"({"tokens": "abc"})", limits()), "tokens");
   expect_bad(parse_detokenize_request(R"({})", limits()), "tokens");
-}
-
-TEST(Utf8, ValidityAndReplacement) {
-  EXPECT_TRUE(is_valid_utf8(""));
-  EXPECT_TRUE(is_valid_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
-  EXPECT_FALSE(is_valid_utf8("\x80"));
-  EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
-  EXPECT_FALSE(is_valid_utf8("\xe0\x80\xaf"));      // overlong
-  // Python: b"a\xf0\x9f\x98b\xff".decode(errors="replace") == "a\ufffdb\ufffd"
-  EXPECT_EQ(to_valid_utf8("a\xf0\x9f\x98"
-                          "b\xff"),
-            "a\xef\xbf\xbd"
-            "b\xef\xbf\xbd");
-  // Python: b"\xed\xa0\x80".decode(errors="replace") == "\ufffd\ufffd\ufffd"
-  EXPECT_EQ(to_valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
-  EXPECT_EQ(count_code_points("a\xc3\xa9\xf0\x9f\x98\x80"), 3u);
 }
 
 // Random bodies, built and mutated: parsing never crashes and every failure

@@ -6,10 +6,10 @@
 
 #include <span>
 
+#include "common/utf8.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_test_data.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer {
 namespace {

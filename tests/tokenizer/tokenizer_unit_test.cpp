@@ -6,13 +6,13 @@
 
 #include <thread>
 
+#include "common/utf8.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenize_lines.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_test_data.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/cuda_check.h"
+#include "common/splitmix64.h"
 #include "cuda/pinned_buffer.h"
 #include "kernels/sampling/sampling_gpu.h"
 
@@ -58,16 +59,10 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMassDigits = 16;  // top-p descends 4 bits of the key per pass
 
-__device__ __forceinline__ std::uint64_t mix(std::uint64_t x) {
-  std::uint64_t z = x + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // sampling_gumbel() of sampling_ref.cpp.
 __device__ __forceinline__ float gumbel(std::uint64_t key, std::int32_t id) {
-  const std::uint64_t bits = mix(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
+  const std::uint64_t bits =
+      splitmix64(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
   const float u = __fmul_rn(__fadd_rn(static_cast<float>(bits >> 40), 0.5f), 1.0f / 16777216.0f);
   return static_cast<float>(-log(-log(static_cast<double>(u))));
 }
@@ -399,7 +394,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const bool filtered = top_k || p.top_p < 1.0f || p.min_p > 0.0f;
 
   // Gumbel-max over the kept ids.
-  const std::uint64_t key = mix(p.seed ^ mix(p.index));
+  const std::uint64_t key = splitmix64(p.seed ^ splitmix64(p.index));
   Best draw{-INFINITY, INT_MAX};
   bool any = false;
   for (int i = threadIdx.x; i < vocab; i += kThreads) {

@@ -2,18 +2,12 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/splitmix64.h"
 #include "kernels/sampling/sampling.h"
 
 namespace vpod::kernels {
 
 namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-  std::uint64_t z = x + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 constexpr std::uint8_t kSeen = 1;  // in the prompt or output (repetition penalty)
 
@@ -31,8 +25,9 @@ void SamplingWorkspace::reserve(int vocab_size) {
 }
 
 float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id) {
-  const std::uint64_t key = mix(seed ^ mix(index));
-  const std::uint64_t bits = mix(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
+  const std::uint64_t key = splitmix64(seed ^ splitmix64(index));
+  const std::uint64_t bits =
+      splitmix64(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
   return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
 }
 

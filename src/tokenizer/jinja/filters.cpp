@@ -9,10 +9,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/utf8.h"
 #include "tokenizer/jinja/builtin_args.h"
 #include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/renderer.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <optional>
 
+#include "common/utf8.h"
 #include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/value.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 

@@ -1,6 +1,6 @@
 #include "tokenizer/jinja/pystr.h"
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 #include <utf8proc.h>
 

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "tokenizer/jinja/parser.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 

@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "tokenizer/jinja/pystr.h"
-#include "tokenizer/utf8.h"
 
 namespace vpod::tokenizer::jinja {
 

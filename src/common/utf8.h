@@ -1,14 +1,16 @@
-// UTF-8 helpers the tokenizer needs: decoding one code point, validation, and
-// Rust's String::from_utf8_lossy (Hugging Face decoders use it, so we must
-// replace invalid bytes exactly as it does: one U+FFFD per maximal invalid
-// subpart).
+// UTF-8, once for the whole program: decoding one code point, validation
+// (no overlongs, surrogates or values past U+10FFFF), counting code points
+// (OpenAI's text_offset unit, Python's len(str)), and Rust's
+// String::from_utf8_lossy, which the tokenizer's decoders and the server's
+// token bytes both need: one U+FFFD per maximal invalid subpart, as Python's
+// bytes.decode(errors="replace") does too.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
-namespace vpod::tokenizer::utf8 {
+namespace vpod::utf8 {
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -38,4 +40,4 @@ std::size_t count_chars(std::string_view text);
 // Rust's String::from_utf8_lossy.
 std::string lossy(std::string_view bytes);
 
-}  // namespace vpod::tokenizer::utf8
+}  // namespace vpod::utf8

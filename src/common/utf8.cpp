@@ -1,8 +1,8 @@
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 #include <cstdint>
 
-namespace vpod::tokenizer::utf8 {
+namespace vpod::utf8 {
 namespace {
 
 // Length of the valid sequence at bytes[pos], or 0 if it is invalid; on
@@ -124,4 +124,4 @@ std::string lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace vpod::tokenizer::utf8
+}  // namespace vpod::utf8
