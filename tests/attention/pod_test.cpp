@@ -5,6 +5,7 @@
 // launcher's input checks before anything is enqueued.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -214,6 +215,274 @@ TEST(PodPlanTest, EngineHybridStepsSplitLongDecodes) {
     EXPECT_LE(cfg.decode_splits, 8);
     EXPECT_LT(cfg.estimate_us, 0.95 * cfg.serial_estimate_us);
     expect_covers(batch, dims, plan);
+  }
+}
+
+// The default planner's decisions, pinned: split counts, ratio policy, serial
+// fallback, the makespan estimates and the exact work lists (their hash) on
+// the H200's default options. A refactor of the planner must reproduce them
+// bit for bit (the GPU outputs and timings depend on nothing else); a
+// deliberate change of the model updates this table with its measurements.
+TEST(PodPlanTest, DefaultPlansArePinned) {
+  struct Pinned {
+    const char* name;
+    AttentionDims dims;
+    std::vector<SeqSpec> prefills;  // {cached_len, num_new}
+    int num_decodes, decode_ctx;
+    bool fused;
+    PodRatio ratio;
+    int prefill_splits, decode_splits, prefill_ctas, decode_ctas;
+    double estimate_us, serial_estimate_us;
+    DecodeKernel decode_kernel;
+    int decode_cluster_size;
+    std::uint64_t work_lists;
+  };
+  const Pinned cases[] = {
+      {"1024@3072 + 64@4096",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{3072, 1024}},
+       64,
+       4096,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       316.74117647058824,
+       413.70588235294122,
+       DecodeKernel::tile,
+       0,
+       0x7bdaf03f7b23a07full},
+      {"2048@6144 + 32@8192",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{6144, 2048}},
+       32,
+       8192,
+       true,
+       PodRatio::proportional,
+       1,
+       2,
+       512,
+       512,
+       746.44568847058827,
+       835.62352941176482,
+       DecodeKernel::tile,
+       2,
+       0x809da0221a3963bbull},
+      {"512@15872 + 128@2048",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{15872, 512}},
+       128,
+       2048,
+       true,
+       PodRatio::proportional,
+       2,
+       1,
+       256,
+       1024,
+       503.36630964705864,
+       599.14278023529414,
+       DecodeKernel::tile,
+       0,
+       0x8366cb6dc07a8319ull},
+      {"1024@11264 + 64@12288",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{11264, 1024}},
+       64,
+       12288,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       950.71764705882333,
+       1228.3882352941177,
+       DecodeKernel::tile,
+       0,
+       0xd4b5b09400c75e3full},
+      {"2030@0 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{0, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       5,
+       512,
+       720,
+       319.8429593651212,
+       374.4730729411765,
+       DecodeKernel::tile,
+       5,
+       0x788c89177fb55411ull},
+      {"2030@8192 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{8192, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       4,
+       512,
+       576,
+       915.28669364705888,
+       1062.7294117647059,
+       DecodeKernel::tile,
+       4,
+       0x1db871233acfe685ull},
+      {"2030@14336 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{14336, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       2,
+       512,
+       288,
+       1431.3609938823529,
+       1561.9294117647059,
+       DecodeKernel::tile,
+       2,
+       0x3198cd86d8b257acull},
+      {"633@17107 + 37@4572 heads 32/4",
+       AttentionDims{32, 4, 128, DType::f16},
+       {{17107, 633}},
+       37,
+       4572,
+       true,
+       PodRatio::proportional,
+       3,
+       2,
+       480,
+       296,
+       547.64819576470586,
+       591.78654494117654,
+       DecodeKernel::tile,
+       2,
+       0xd4cae09acf5f92d9ull},
+      {"256@8192 + 8@12000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{8192, 256}},
+       8,
+       12000,
+       true,
+       PodRatio::even,
+       3,
+       8,
+       192,
+       512,
+       160.34983247058824,
+       222.39395011764702,
+       DecodeKernel::tile,
+       8,
+       0xdbcc19f866378f46ull},
+      {"1024@3072 + 64@4096 d64",
+       AttentionDims{32, 8, 64, DType::f16},
+       {{3072, 1024}},
+       64,
+       4096,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       158.37058823529412,
+       206.85294117647061,
+       DecodeKernel::tile,
+       0,
+       0x7bdaf03f7b23a07full},
+      {"300@0 + 700@1000 + 9@20000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{0, 300}, {1000, 700}},
+       9,
+       20000,
+       true,
+       PodRatio::proportional,
+       1,
+       4,
+       288,
+       288,
+       190.91893505882356,
+       315.01981741176468,
+       DecodeKernel::tile,
+       4,
+       0xe52f7f593f5b3bcdull},
+      {"100 decodes @5000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {},
+       100,
+       5000,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       520.96630588235291,
+       520.96630588235291,
+       DecodeKernel::tile,
+       0,
+       0xe9a7eefe2e1eccdfull},
+      {"700@1000 prefill only",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{1000, 700}},
+       0,
+       0,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       72.799999999999997,
+       72.799999999999997,
+       DecodeKernel::tile,
+       0,
+       0x544b293a45c07338ull},
+      {"16 decodes @16384",
+       AttentionDims{32, 8, 128, DType::f16},
+       {},
+       16,
+       16384,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       243.17578541176471,
+       243.17578541176471,
+       DecodeKernel::tile_deep,
+       0,
+       0xc89dfb3e0076bac3ull},
+  };
+  for (const Pinned& c : cases) {
+    const HybridBatch batch = make_batch(c.prefills, std::vector<int>(c.num_decodes, c.decode_ctx));
+    auto plan = PodPlan::create(batch, c.dims, pod_options());
+    ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status().to_string();
+    const PodConfig& cfg = plan->config();
+    EXPECT_EQ(cfg.mode, AttentionMode::pod) << c.name;
+    EXPECT_EQ(cfg.fused, c.fused) << c.name;
+    EXPECT_EQ(cfg.ratio, c.ratio) << c.name;
+    EXPECT_EQ(cfg.virtual_decode, 1) << c.name;
+    EXPECT_EQ(cfg.prefill_splits, c.prefill_splits) << c.name;
+    EXPECT_EQ(cfg.decode_splits, c.decode_splits) << c.name;
+    EXPECT_EQ(cfg.prefill_ctas, c.prefill_ctas) << c.name;
+    EXPECT_EQ(cfg.decode_ctas, c.decode_ctas) << c.name;
+    EXPECT_EQ(cfg.grid, c.prefill_ctas + c.decode_ctas) << c.name;
+    EXPECT_DOUBLE_EQ(cfg.estimate_us, c.estimate_us) << c.name;
+    EXPECT_DOUBLE_EQ(cfg.serial_estimate_us, c.serial_estimate_us) << c.name;
+    EXPECT_EQ(plan->attention().decode_kernel(), c.decode_kernel) << c.name;
+    EXPECT_EQ(plan->attention().decode_cluster_size(), c.decode_cluster_size) << c.name;
+    EXPECT_EQ(testing::work_list_hash(plan->attention()), c.work_lists) << c.name;
+    expect_covers(batch, c.dims, *plan);
   }
 }
 
