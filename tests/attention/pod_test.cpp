@@ -10,13 +10,29 @@
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/attention/pod.h"
 #include "kernels/attention/pod_params.h"
 #include "kernels/attention_test_util.h"
+
+// Counts this thread's heap allocations while a CountAllocations is alive:
+// planning a step must allocate nothing once the plan is warmed up.
+namespace {
+thread_local long long* g_allocation_count = nullptr;
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (g_allocation_count != nullptr) ++*g_allocation_count;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace vpod::attention {
 namespace {
@@ -34,21 +50,26 @@ PodDevice h200() {
   return d;
 }
 
+// The default options on `dev`, with the reason formatted (the tests print
+// and check it; the decisions do not depend on it: DefaultPlansArePinned).
 PodOptions pod_options(PodDevice dev = h200()) {
   PodOptions o;
   o.device = dev;
-  return o;
-}
-
-// The earlier hybrid model (list schedule unless the ticket simulation
-// predicts >= 15%): no ratio choice, no fallback.
-PodOptions hybrid_options(PodDevice dev = h200()) {
-  PodOptions o = pod_options(dev);
-  o.planner_model = PodPlannerModel::hybrid;
+  o.explain = true;
   return o;
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+class CountAllocations {
+ public:
+  CountAllocations() { g_allocation_count = &count_; }
+  ~CountAllocations() { g_allocation_count = nullptr; }
+  long long count() const { return count_; }
+
+ private:
+  long long count_ = 0;
+};
 
 double thread_cpu_ms() {
   timespec ts{};
@@ -167,14 +188,6 @@ TEST(PodPlanTest, NamedCasesStayWithinTheLimits) {
     EXPECT_TRUE(cfg.fused) << n.name << ": " << cfg.reason;  // POD beats serial here
     EXPECT_GT(cfg.estimate_us, 0);
     EXPECT_LT(cfg.estimate_us, cfg.serial_estimate_us) << n.name;
-    // The earlier hybrid model: decode splits only until one wave.
-    auto hybrid = PodPlan::create(batch, dims, hybrid_options()).value();
-    if (hybrid.config().decode_splits > 1) {
-      auto fewer = hybrid_options();
-      fewer.decode_splits = hybrid.config().decode_splits - 1;
-      fewer.prefill_splits = hybrid.config().prefill_splits;
-      EXPECT_LT(PodPlan::create(batch, dims, fewer)->config().decode_ctas, 132 * 2) << n.name;
-    }
   }
 }
 
@@ -465,9 +478,22 @@ TEST(PodPlanTest, DefaultPlansArePinned) {
   };
   for (const Pinned& c : cases) {
     const HybridBatch batch = make_batch(c.prefills, std::vector<int>(c.num_decodes, c.decode_ctx));
-    auto plan = PodPlan::create(batch, c.dims, pod_options());
+    PodOptions quiet = pod_options();
+    quiet.explain = false;
+    auto plan = PodPlan::create(batch, c.dims, quiet);
     ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status().to_string();
     const PodConfig& cfg = plan->config();
+    EXPECT_TRUE(cfg.reason.empty()) << c.name;
+    // Explaining formats the reason and changes nothing else.
+    auto explained = PodPlan::create(batch, c.dims, pod_options()).value();
+    EXPECT_FALSE(explained.config().reason.empty()) << c.name;
+    EXPECT_EQ(explained.config().prefill_splits, cfg.prefill_splits) << c.name;
+    EXPECT_EQ(explained.config().decode_splits, cfg.decode_splits) << c.name;
+    EXPECT_EQ(explained.config().ratio, cfg.ratio) << c.name;
+    EXPECT_EQ(explained.config().fused, cfg.fused) << c.name;
+    EXPECT_EQ(testing::work_list_hash(explained.attention()),
+              testing::work_list_hash(plan->attention()))
+        << c.name;
     EXPECT_EQ(cfg.mode, AttentionMode::pod) << c.name;
     EXPECT_EQ(cfg.fused, c.fused) << c.name;
     EXPECT_EQ(cfg.ratio, c.ratio) << c.name;
@@ -568,7 +594,7 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     PodOptions o = pod_options();
     if (pick(3) == 0) o.device.num_sms = 1 + pick(64);
     o.virtual_decode = pick(3);
-    if (pick(4) == 0) o.planner_model = PodPlannerModel::hybrid;
+    o.explain = pick(4) == 0;
     o.serial_fallback = pick(4) != 0;
     // This thread's CPU time: what a step pays, whatever else loads the machine.
     const double t0 = thread_cpu_ms();
@@ -660,46 +686,76 @@ TEST(PodPlanTest, TicketRule) {
 // 628 rows on a 17.8K context + 64 decodes @4.3K (heads 32/8): 160 prefill
 // CTAs of ~280 key blocks. Under proportional tickets the 28 beyond the first
 // per SM start only after ~3 decode CTAs have run there; the H200 measured
-// 0.879x of serial with them unsplit (2026-11-30 11:58 UTC). The ticket
-// simulation sees that late start and splits the prefill; the list schedule
-// (which starts the longest CTAs first) does not.
-TEST(PodPlanTest, TicketModelSplitsFewLongPrefillCtas) {
+// 0.879x of serial with them unsplit (docs/pod.md). The fluid model simulates
+// the tickets, sees that late start and splits the prefill beyond the limit.
+TEST(PodPlanTest, FewLongPrefillCtasAreSplit) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch batch = make_batch({{17846 - 628, 628}}, std::vector<int>(64, 4256));
-  PodOptions lpt = pod_options();
-  lpt.planner_model = PodPlannerModel::lpt;
-  PodOptions tickets = pod_options();
-  tickets.planner_model = PodPlannerModel::tickets;
-  auto list_plan = PodPlan::create(batch, dims, lpt).value();
-  auto ticket_plan = PodPlan::create(batch, dims, tickets).value();
-  auto plan = PodPlan::create(batch, dims, hybrid_options()).value();
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();
   std::printf("[pod plan] 628 @17846 + 64 @4256: %s\n", plan.config().reason.c_str());
-  EXPECT_EQ(list_plan.config().prefill_splits, 1);
-  EXPECT_GT(ticket_plan.config().prefill_splits, 1);
-  // The simulation predicts far more than the 15% the hybrid asks for.
-  EXPECT_EQ(plan.config().prefill_splits, ticket_plan.config().prefill_splits);
-  EXPECT_NE(plan.config().reason.find("hybrid: ticket simulation"), std::string::npos);
+  EXPECT_TRUE(plan.config().fused);
+  EXPECT_GT(plan.config().prefill_splits, 1);
+  EXPECT_TRUE(plan.config().prefill_beyond_limit);
   expect_prefill_limit(plan.config(), 2 * 132);
   expect_covers(batch, dims, plan);
 }
 
-// Where the simulation predicts only a small gain, the hybrid keeps the list
-// schedule's choice (the named cases: the list schedule's plans).
-TEST(PodPlanTest, HybridKeepsTheListScheduleForSmallPredictedGains) {
-  const AttentionDims dims{32, 8, 128, DType::f16};
-  for (const Named& n : kNamed) {
-    PodOptions lpt = pod_options();
-    lpt.planner_model = PodPlannerModel::lpt;
-    auto list_plan = PodPlan::create(named_batch(n), dims, lpt).value();
-    auto plan = PodPlan::create(named_batch(n), dims, hybrid_options()).value();
-    EXPECT_EQ(plan.config().prefill_splits, list_plan.config().prefill_splits) << n.name;
-    EXPECT_EQ(plan.config().decode_splits, list_plan.config().decode_splits) << n.name;
-    EXPECT_NE(plan.config().reason.find("hybrid: list schedule"), std::string::npos) << n.name;
+// Planning each step into the same plan objects (the engine's use) gives what
+// a fresh plan gives, and once the objects have seen the largest step it
+// allocates nothing (no reason text unless asked).
+TEST(PodPlanTest, BuildReusesThePlanAndAllocatesNothingOnceWarm) {
+  const AttentionDims dims{32, 8, 128, DType::bf16};
+  std::vector<HybridBatch> steps;
+  for (const Named& n : kNamed) steps.push_back(named_batch(n));
+  for (int cached : {0, 8192, 14336}) {
+    steps.push_back(make_batch({{cached, 2030}}, std::vector<int>(18, 16448)));
   }
-  EXPECT_EQ(parse_pod_planner_model("hybrid").value(), PodPlannerModel::hybrid);
-  EXPECT_EQ(parse_pod_planner_model("fluid").value(), PodPlannerModel::fluid);
-  EXPECT_EQ(parse_pod_planner_model("lpt").value(), PodPlannerModel::lpt);
-  EXPECT_FALSE(parse_pod_planner_model("auto").ok());
+  steps.push_back(make_batch({}, std::vector<int>(64, 8192)));
+  steps.push_back(make_batch({}, std::vector<int>(16, 16384)));
+  steps.push_back(make_batch({{0, 4096}}, {}));
+  steps.push_back(make_batch({{17107, 633}}, std::vector<int>(37, 4572)));
+  PodOptions pod = pod_options();
+  pod.explain = false;
+  PodOptions serial = pod;
+  serial.mode = AttentionMode::serial;
+  PodPlan plan;
+  AttentionPlan attention_plan;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      for (const PodOptions* options : {&pod, &serial}) {
+        long long allocations = 0;
+        {
+          CountAllocations counter;
+          ASSERT_TRUE(plan.build(steps[i], dims, *options).ok());
+          ASSERT_TRUE(attention_plan.build(steps[i], dims, {.num_sms = 132}).ok());
+          allocations = counter.count();
+        }
+        if (pass == 1) {
+          EXPECT_EQ(allocations, 0) << "step " << i;
+        }
+        const PodPlan fresh = PodPlan::create(steps[i], dims, *options).value();
+        EXPECT_EQ(plan.config().mode, fresh.config().mode);
+        EXPECT_EQ(plan.config().fused, fresh.config().fused) << "step " << i;
+        EXPECT_EQ(plan.config().grid, fresh.config().grid) << "step " << i;
+        EXPECT_EQ(plan.config().ratio, fresh.config().ratio) << "step " << i;
+        EXPECT_EQ(plan.config().estimate_us, fresh.config().estimate_us) << "step " << i;
+        EXPECT_EQ(plan.attention().metadata_bytes(), fresh.attention().metadata_bytes());
+        EXPECT_EQ(testing::work_list_hash(plan.attention()),
+                  testing::work_list_hash(fresh.attention()))
+            << "step " << i;
+        const AttentionPlan own = AttentionPlan::create(steps[i], dims, {.num_sms = 132}).value();
+        EXPECT_EQ(testing::work_list_hash(attention_plan), testing::work_list_hash(own));
+        EXPECT_EQ(attention_plan.decode_kernel(), own.decode_kernel());
+      }
+    }
+  }
+  // A failed build leaves an empty plan, not the previous step's.
+  PodOptions bad = pod;
+  bad.device.num_sms = 0;
+  EXPECT_FALSE(plan.build(steps[0], dims, bad).ok());
+  EXPECT_EQ(plan.attention().num_tokens(), 0);
+  EXPECT_TRUE(plan.attention().prefill_items().empty());
+  EXPECT_EQ(plan.config().grid, 0);
 }
 
 TEST(PodPlanTest, ZeroTileCases) {
@@ -753,9 +809,6 @@ TEST(PodPlanTest, SerialModeUsesTheAttentionPlanner) {
 // there its single CTA per SM stalls on the block-table lookups, and the
 // paged baseline must not be slowed by a kernel chosen for contiguous K/V.
 TEST(PodPlanTest, SerialPlansLeaveTheDeepDecodeKernelToContiguousCaches) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE is set: the automatic choice is overridden";
-  }
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch decodes = make_batch({}, std::vector<int>(16, 16384));
   PodOptions o = pod_options();

@@ -259,9 +259,6 @@ TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
 }
 
 TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE is set: the automatic choice is overridden";
-  }
   auto plan_for = [](int batch, int context) {
     return AttentionPlan::create(make_batch({}, std::vector<int>(batch, context)), llama_dims(),
                                  h200())
@@ -302,10 +299,6 @@ TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
 // number (2..8) of splits (either kernel); the items are then grouped per decode
 // (split j of the i-th decode at S * i + j), longest decodes first.
 TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
-  }
   auto expect_grouped = [](const AttentionPlan& plan, const HybridBatch& batch) {
     const int s = plan.decode_cluster_size();
     ASSERT_GT(s, 0);
@@ -392,10 +385,6 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
 // (half a block per key block on num_sms slots, no merge) beats the split
 // tile plan; never the heads kernel's batches, never forced splits.
 TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
-  }
   auto plan_for = [](const std::vector<int>& contexts, PlanOptions options = h200(),
                      AttentionDims dims = llama_dims()) {
     return AttentionPlan::create(make_batch({}, contexts), dims, options).value();
