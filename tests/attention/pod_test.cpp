@@ -209,7 +209,7 @@ TEST(PodPlanTest, NamedCasePlannerChoices) {
 // 18 decodes at 16.4K, heads 32/8). The earlier hybrid model split the decodes
 // only up to one wave (144 or 288 decode CTAs of 128-257 key blocks, which
 // outlast everything) and the 2030@0 chunk 4 ways: measured on the H200
-// (2026-11-30 14:11 UTC) 0.88x / 1.04x / 1.15x of serial. With 3-8 decode
+// (docs/pod.md) 0.88x / 1.04x / 1.15x of serial. With 3-8 decode
 // splits the same steps ran 1.16-1.20x. The fluid model sees the long decode
 // CTAs as the critical path and splits them; the 512 prefill CTAs already
 // fill two waves, so the chunk is not split.

@@ -131,7 +131,7 @@ class PodPlan {
   static Result<PodPlan> create(const HybridBatch& batch, const AttentionDims& dims,
                                 const PodOptions& options);
   // Plans `batch` into this object, replacing its content. On an error the
-  // plan is left empty (an empty serial plan).
+  // plan is left empty (no work items, grid 0).
   Status build(const HybridBatch& batch, const AttentionDims& dims, const PodOptions& options);
 
   const AttentionPlan& attention() const { return plan_; }
@@ -152,7 +152,7 @@ class PodPlan {
   };
 
  private:
-  Status plan_fused(const HybridBatch& batch, const AttentionDims& dims, const PodOptions& options);
+  Status plan_step(const HybridBatch& batch, const AttentionDims& dims, const PodOptions& options);
   void reset();
 
   AttentionPlan plan_;

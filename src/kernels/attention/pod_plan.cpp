@@ -327,7 +327,7 @@ void PodPlan::reset() {
 Status PodPlan::build(const HybridBatch& batch, const AttentionDims& dims,
                       const PodOptions& options) {
   reset();
-  const Status status = plan_fused(batch, dims, options);
+  const Status status = plan_step(batch, dims, options);
   if (!status.ok()) {
     reset();
     plan_.clear();
@@ -335,8 +335,8 @@ Status PodPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   return status;
 }
 
-Status PodPlan::plan_fused(const HybridBatch& batch, const AttentionDims& dims,
-                           const PodOptions& options) {
+Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
+                          const PodOptions& options) {
   VPOD_RETURN_IF_ERROR(validate_dims(dims));
   const PodDevice& dev = options.device;
   if (dev.num_sms < 1) return invalid_argument("PodOptions::device.num_sms must be >= 1");
