@@ -26,6 +26,10 @@ namespace {
 thread_local long long* g_allocation_count = nullptr;
 }  // namespace
 
+// The replacement pair is malloc/free on both sides; GCC, seeing them inlined
+// into callers, cannot tell and warns.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t bytes) {
   if (g_allocation_count != nullptr) ++*g_allocation_count;
   if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
@@ -33,6 +37,7 @@ void* operator new(std::size_t bytes) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace vpod::attention {
 namespace {
