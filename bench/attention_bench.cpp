@@ -75,6 +75,8 @@ struct Args {
   int prefill_splits = 0;
   int decode_splits = 0;
   std::string decode_kernel = "auto";
+  bool counter_merge = false;              // PlanOptions::decode_cluster_merge = false
+  attention::KernelOptions kernels;        // --mma-prefill, --no-tma, ...
   std::vector<std::string> decode_shapes;  // extra decode cases, BATCHxCONTEXT
   std::vector<int> prefill_shapes;         // extra one-shot prefill cases, prompt tokens
   int min_iters = 20;
@@ -222,7 +224,7 @@ std::string decode_kernel_name(const attention::AttentionPlan& plan) {
                : "tile (deep unsupported)";
   }
   const std::string name = heads ? "heads" : "tile";
-  if (plan.decode_cluster_size() > 0 &&
+  if (plan.decode_cluster_size() > 0 && plan.kernel_options().decode_merge_in_kernel &&
       (heads ? attention::detail::decode_heads_cluster_supported(dims.dtype, dims.head_dim)
              : attention::detail::decode_cluster_supported(dims.dtype, dims.head_dim))) {
     return name + "+cluster" + std::to_string(plan.decode_cluster_size());
@@ -241,6 +243,8 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   const double bytes = attention_bytes(c, dims);
 
   PlanOptions options{sm_count, args.prefill_splits, args.decode_splits};
+  options.decode_cluster_merge = !args.counter_merge;
+  options.kernels = args.kernels;
   if (args.decode_kernel == "tile") options.decode_kernel = attention::DecodeKernel::tile;
   if (args.decode_kernel == "heads") options.decode_kernel = attention::DecodeKernel::heads;
   if (args.decode_kernel == "deep") options.decode_kernel = attention::DecodeKernel::tile_deep;
@@ -670,6 +674,24 @@ int run(const Args& args) {
 
 }  // namespace
 
+void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
+  cmd.add_flag_callback(
+      "--mma-prefill", [&options] { options.wgmma_prefill = false; },
+      "prefill on the mma.sync kernel where the wgmma one would run (comparison)");
+  cmd.add_flag_callback(
+      "--no-tma", [&options] { options.tma = false; },
+      "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");
+  cmd.add_flag_callback(
+      "--decode-combine-kernel", [&options] { options.decode_merge_in_kernel = false; },
+      "merge decode KV splits with the separate combine kernel (comparison)");
+  cmd.add_flag_callback(
+      "--no-lazy-rescale", [&options] { options.wgmma_lazy_rescale = false; },
+      "the wgmma prefill tile rescales O on every key block (comparison)");
+  cmd.add_flag_callback(
+      "--swap-v-strides", [&options] { options.wgmma_swap_v_strides = true; },
+      "swap V's wgmma descriptor strides (experiment)");
+}
+
 void add_attention_bench(CLI::App& bench) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = bench.add_subcommand(
@@ -684,9 +706,12 @@ void add_attention_bench(CLI::App& bench) {
                   "force KV splits per prefill tile (0: plan)");
   cmd->add_option("--decode-splits", args->decode_splits, "force KV splits per decode (0: plan)");
   cmd->add_option("--decode-kernel", args->decode_kernel,
-                  "auto (VPOD_ATTENTION_DECODE or the default), tile, heads or deep")
+                  "auto (the planner picks per batch), tile, heads or deep")
       ->check(CLI::IsMember({"auto", "tile", "heads", "deep"}))
       ->capture_default_str();
+  cmd->add_flag("--counter-merge", args->counter_merge,
+                "merge decode splits through the arrival counters, never as a cluster");
+  add_kernel_option_flags(*cmd, args->kernels);
   cmd->add_option("--decode-shape", args->decode_shapes,
                   "extra decode cases BATCHxCONTEXT (e.g. 128x4096), after the fixed ones");
   cmd->add_option("--prefill-shape", args->prefill_shapes,

@@ -5,6 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+namespace vpod::attention {
+struct KernelOptions;
+}  // namespace vpod::attention
+
 namespace vpod::bench {
 
 void add_serve_bench(CLI::App& bench);      // bench/serve_bench.cpp
@@ -14,5 +18,11 @@ void add_kvcache_bench(CLI::App& bench);    // bench/kvcache_bench.cpp
 void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
 void add_offline_bench(CLI::App& bench);    // bench/offline_bench.cpp
 void add_pod_bench(CLI::App& bench);        // bench/pod_bench.cpp
+
+// The attention launchers' switches (attention::KernelOptions; defaults: the
+// engine's fast paths) as flags of `cmd`: --mma-prefill, --no-tma,
+// --decode-combine-kernel, --no-lazy-rescale, --swap-v-strides. `options`
+// must outlive the parse (bench/attention_bench.cpp; also `vpod bench pod`).
+void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options);
 
 }  // namespace vpod::bench

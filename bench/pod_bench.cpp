@@ -140,9 +140,8 @@ struct Args {
   bool named = true;
   bool strict_prefill_limit = false;
   std::string prefill_tile = "auto";
-  bool compare_ratio = false;           // also time POD with the other ratio policy
-  std::string planner_model = "fluid";  // hybrid | tickets | lpt (PodOptions::planner_model)  //
-                                        // auto: wgmma where the GPU runs it; mma: mma.sync
+  bool compare_ratio = false;        // also time POD with the other ratio policy
+  attention::KernelOptions kernels;  // --mma-prefill, --no-tma, ... (POD and serial)
   int min_iters = 10;
   int max_iters = 100;
   double target_ms = 150.0;
@@ -283,8 +282,7 @@ Result<attention::PodOptions> pod_options(const Args& args, const attention::Pod
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
-  VPOD_ASSIGN_OR_RETURN(options.planner_model,
-                        attention::parse_pod_planner_model(args.planner_model));
+  options.kernels = args.kernels;
   return options;
 }
 
@@ -295,8 +293,9 @@ double thread_cpu_us() {
 }
 
 // --plan-only: the host cost of planning one step (the engine plans once per
-// step, before the step's first kernel), in thread CPU time: PodPlan::create
-// in the chosen mode and AttentionPlan::create (the serial plan). Runs without
+// step, before the step's first kernel), in thread CPU time: PodPlan::build
+// in the chosen mode and AttentionPlan::build (the serial plan), each into an
+// object reused across the repetitions, as the engine reuses its plans. Runs without
 // a GPU on an H200-like device (132 SMs, 2 CTAs per SM, wgmma prefill tile).
 int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) {
   constexpr int kReps = 20;
@@ -328,20 +327,23 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
     const HybridBatch batch = make_batch(c);
     std::string plan_text;
     double pod_us = 0, serial_us = 0;
+    // Planned into the same objects, as the engine does (warm after the first).
+    PodPlan plan;
+    AttentionPlan serial;
     for (int r = 0; r < kReps; ++r) {
       const double t0 = thread_cpu_us();
-      auto plan = PodPlan::create(batch, dims, *options);
+      const Status pod_status = plan.build(batch, dims, *options);
       const double t1 = thread_cpu_us();
-      auto serial = AttentionPlan::create(batch, dims, {device.num_sms, 0, 0});
+      const Status serial_status = serial.build(batch, dims, {.num_sms = device.num_sms});
       const double t2 = thread_cpu_us();
-      if (!plan.ok() || !serial.ok()) {
+      if (!pod_status.ok() || !serial_status.ok()) {
         fmt::print(stderr, "vpod bench pod: {}: {}\n", c.name,
-                   (!plan.ok() ? plan.status() : serial.status()).to_string());
+                   (!pod_status.ok() ? pod_status : serial_status).to_string());
         return 1;
       }
       pod_us += t1 - t0;
       serial_us += t2 - t1;
-      const attention::PodConfig& pc = plan->config();
+      const attention::PodConfig& pc = plan.config();
       plan_text = pc.fused ? fmt::format("{}/{} {}+{}x{} {} (estimate {:.0f} us, serial {:.0f} us)",
                                          pc.prefill_splits, pc.decode_splits, pc.prefill_ctas,
                                          pc.decode_ctas, pc.virtual_decode,
@@ -378,7 +380,8 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   const HybridBatch batch = make_batch(c);
   const int tokens = batch.num_tokens();
   const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
-  VPOD_ASSIGN_OR_RETURN(const attention::PodOptions options, pod_options(args, b.device));
+  VPOD_ASSIGN_OR_RETURN(attention::PodOptions options, pod_options(args, b.device));
+  options.explain = true;  // the plan column and the JSON say why
   VPOD_ASSIGN_OR_RETURN(PodPlan pod_plan, PodPlan::create(batch, dims, options));
   // The other ratio policy, planned for itself (the planner simulates the
   // policy, so its splits may differ) in its own buffers.
@@ -388,8 +391,9 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
                             ? attention::PodRatio::proportional
                             : attention::PodRatio::even;
   VPOD_ASSIGN_OR_RETURN(PodPlan other_plan, PodPlan::create(batch, dims, other_options));
-  VPOD_ASSIGN_OR_RETURN(AttentionPlan serial_plan,
-                        AttentionPlan::create(batch, dims, {b.device.num_sms, 0, 0}));
+  VPOD_ASSIGN_OR_RETURN(
+      AttentionPlan serial_plan,
+      AttentionPlan::create(batch, dims, {.num_sms = b.device.num_sms, .kernels = args.kernels}));
   const AttentionPlan& pp = pod_plan.attention();
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_meta, pp.metadata_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_work, pp.workspace_bytes()));
@@ -639,7 +643,6 @@ int run(const Args& args) {
     out["virtual_decode"] = args.virtual_decode;
     out["pod_prefill_tile"] = wgmma ? "wgmma" : "mma.sync";
     out["compare_ratio"] = args.compare_ratio;
-    out["planner_model"] = args.planner_model;
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
     out["seed"] = args.seed;
@@ -712,18 +715,14 @@ void add_pod_bench(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_flag("--no-fallback", args->no_fallback,
                 "always run the fused kernel (no serial fallback when its estimate is slower)");
-  cmd->add_option("--planner-model", args->planner_model,
-                  "POD planner's makespan model: fluid (default: ticket simulation with "
-                  "bandwidth-shared decodes, ratio choice, serial fallback), hybrid, tickets or "
-                  "lpt (earlier models)")
-      ->check(CLI::IsMember({"fluid", "hybrid", "tickets", "lpt"}))
-      ->capture_default_str();
   cmd->add_flag("--compare-ratio", args->compare_ratio,
                 "also time POD with the other ratio policy (same plan) and summarize it");
   cmd->add_option("--prefill-tile", args->prefill_tile,
-                  "POD's prefill tile: auto (wgmma where the GPU runs it) or mma")
+                  "POD's prefill tile: auto (wgmma where the GPU runs it) or mma (the serial "
+                  "prefill follows --mma-prefill)")
       ->check(CLI::IsMember({"auto", "mma"}))
       ->capture_default_str();
+  add_kernel_option_flags(*cmd, args->kernels);
   cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")
       ->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits, "force prefill KV splits (0: plan)");

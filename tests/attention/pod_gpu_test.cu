@@ -491,8 +491,6 @@ TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
   EXPECT_TRUE(kUnbuffered);
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  const char* prefill_env = std::getenv("VPOD_ATTENTION_PREFILL");
-  const bool mma_forced = prefill_env != nullptr && std::string(prefill_env) == "mma";
   for (DType dt : {DType::f16, DType::bf16}) {
     for (int d : {64, 128}) {
       const AttentionDims dims{32, 8, d, dt};
@@ -508,7 +506,7 @@ TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
         if (!allow_wgmma) EXPECT_FALSE(dev.wgmma_prefill);
         // The H200 build carries sm_90a code (VPOD_CUDA_ARCHS=90a): there POD
         // must run the wgmma tile, as the standalone prefill does.
-        if (allow_wgmma && prop.major == 9 && !mma_forced) EXPECT_TRUE(dev.wgmma_prefill);
+        if (allow_wgmma && prop.major == 9) EXPECT_TRUE(dev.wgmma_prefill);
       }
     }
   }
@@ -609,7 +607,7 @@ TEST(PodGpuTest, EdgeCases) {
 }
 
 // POD with the mma.sync prefill tile where the default is the wgmma one (the
-// sm_80 path, and VPOD_ATTENTION_PREFILL=mma): prefill rows against the CPU
+// sm_80 path, and KernelOptions::wgmma_prefill = false): prefill rows against the CPU
 // reference, decode rows bit for bit against the decode kernel.
 TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
   VPOD_REQUIRE_GPU();

@@ -5,17 +5,39 @@
 // launcher's input checks before anything is enqueued.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/attention/pod.h"
 #include "kernels/attention/pod_params.h"
 #include "kernels/attention_test_util.h"
+
+// Counts this thread's heap allocations while a CountAllocations is alive:
+// planning a step must allocate nothing once the plan is warmed up.
+namespace {
+thread_local long long* g_allocation_count = nullptr;
+}  // namespace
+
+// The replacement pair is malloc/free on both sides; GCC, seeing them inlined
+// into callers, cannot tell and warns.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t bytes) {
+  if (g_allocation_count != nullptr) ++*g_allocation_count;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace vpod::attention {
 namespace {
@@ -33,21 +55,26 @@ PodDevice h200() {
   return d;
 }
 
+// The default options on `dev`, with the reason formatted (the tests print
+// and check it; the decisions do not depend on it: DefaultPlansArePinned).
 PodOptions pod_options(PodDevice dev = h200()) {
   PodOptions o;
   o.device = dev;
-  return o;
-}
-
-// The earlier hybrid model (list schedule unless the ticket simulation
-// predicts >= 15%): no ratio choice, no fallback.
-PodOptions hybrid_options(PodDevice dev = h200()) {
-  PodOptions o = pod_options(dev);
-  o.planner_model = PodPlannerModel::hybrid;
+  o.explain = true;
   return o;
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+class CountAllocations {
+ public:
+  CountAllocations() { g_allocation_count = &count_; }
+  ~CountAllocations() { g_allocation_count = nullptr; }
+  long long count() const { return count_; }
+
+ private:
+  long long count_ = 0;
+};
 
 double thread_cpu_ms() {
   timespec ts{};
@@ -166,14 +193,6 @@ TEST(PodPlanTest, NamedCasesStayWithinTheLimits) {
     EXPECT_TRUE(cfg.fused) << n.name << ": " << cfg.reason;  // POD beats serial here
     EXPECT_GT(cfg.estimate_us, 0);
     EXPECT_LT(cfg.estimate_us, cfg.serial_estimate_us) << n.name;
-    // The earlier hybrid model: decode splits only until one wave.
-    auto hybrid = PodPlan::create(batch, dims, hybrid_options()).value();
-    if (hybrid.config().decode_splits > 1) {
-      auto fewer = hybrid_options();
-      fewer.decode_splits = hybrid.config().decode_splits - 1;
-      fewer.prefill_splits = hybrid.config().prefill_splits;
-      EXPECT_LT(PodPlan::create(batch, dims, fewer)->config().decode_ctas, 132 * 2) << n.name;
-    }
   }
 }
 
@@ -195,7 +214,7 @@ TEST(PodPlanTest, NamedCasePlannerChoices) {
 // 18 decodes at 16.4K, heads 32/8). The earlier hybrid model split the decodes
 // only up to one wave (144 or 288 decode CTAs of 128-257 key blocks, which
 // outlast everything) and the 2030@0 chunk 4 ways: measured on the H200
-// (2026-11-30 14:11 UTC) 0.88x / 1.04x / 1.15x of serial. With 3-8 decode
+// (docs/pod.md) 0.88x / 1.04x / 1.15x of serial. With 3-8 decode
 // splits the same steps ran 1.16-1.20x. The fluid model sees the long decode
 // CTAs as the critical path and splits them; the 512 prefill CTAs already
 // fill two waves, so the chunk is not split.
@@ -214,6 +233,287 @@ TEST(PodPlanTest, EngineHybridStepsSplitLongDecodes) {
     EXPECT_LE(cfg.decode_splits, 8);
     EXPECT_LT(cfg.estimate_us, 0.95 * cfg.serial_estimate_us);
     expect_covers(batch, dims, plan);
+  }
+}
+
+// The default planner's decisions, pinned: split counts, ratio policy, serial
+// fallback, the makespan estimates and the exact work lists (their hash) on
+// the H200's default options. A refactor of the planner must reproduce them
+// bit for bit (the GPU outputs and timings depend on nothing else); a
+// deliberate change of the model updates this table with its measurements.
+TEST(PodPlanTest, DefaultPlansArePinned) {
+  struct Pinned {
+    const char* name;
+    AttentionDims dims;
+    std::vector<SeqSpec> prefills;  // {cached_len, num_new}
+    int num_decodes, decode_ctx;
+    bool fused;
+    PodRatio ratio;
+    int prefill_splits, decode_splits, prefill_ctas, decode_ctas;
+    double estimate_us, serial_estimate_us;
+    DecodeKernel decode_kernel;
+    int decode_cluster_size;
+    std::uint64_t work_lists;
+  };
+  const Pinned cases[] = {
+      {"1024@3072 + 64@4096",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{3072, 1024}},
+       64,
+       4096,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       316.74117647058824,
+       413.70588235294122,
+       DecodeKernel::tile,
+       0,
+       0x7bdaf03f7b23a07full},
+      {"2048@6144 + 32@8192",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{6144, 2048}},
+       32,
+       8192,
+       true,
+       PodRatio::proportional,
+       1,
+       2,
+       512,
+       512,
+       746.44568847058827,
+       835.62352941176482,
+       DecodeKernel::tile,
+       2,
+       0x809da0221a3963bbull},
+      {"512@15872 + 128@2048",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{15872, 512}},
+       128,
+       2048,
+       true,
+       PodRatio::proportional,
+       2,
+       1,
+       256,
+       1024,
+       503.36630964705864,
+       599.14278023529414,
+       DecodeKernel::tile,
+       0,
+       0x8366cb6dc07a8319ull},
+      {"1024@11264 + 64@12288",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{11264, 1024}},
+       64,
+       12288,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       950.71764705882333,
+       1228.3882352941177,
+       DecodeKernel::tile,
+       0,
+       0xd4b5b09400c75e3full},
+      {"2030@0 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{0, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       5,
+       512,
+       720,
+       319.8429593651212,
+       374.4730729411765,
+       DecodeKernel::tile,
+       5,
+       0x788c89177fb55411ull},
+      {"2030@8192 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{8192, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       4,
+       512,
+       576,
+       915.28669364705888,
+       1062.7294117647059,
+       DecodeKernel::tile,
+       4,
+       0x1db871233acfe685ull},
+      {"2030@14336 + 18@16448 bf16",
+       AttentionDims{32, 8, 128, DType::bf16},
+       {{14336, 2030}},
+       18,
+       16448,
+       true,
+       PodRatio::proportional,
+       1,
+       2,
+       512,
+       288,
+       1431.3609938823529,
+       1561.9294117647059,
+       DecodeKernel::tile,
+       2,
+       0x3198cd86d8b257acull},
+      {"633@17107 + 37@4572 heads 32/4",
+       AttentionDims{32, 4, 128, DType::f16},
+       {{17107, 633}},
+       37,
+       4572,
+       true,
+       PodRatio::proportional,
+       3,
+       2,
+       480,
+       296,
+       547.64819576470586,
+       591.78654494117654,
+       DecodeKernel::tile,
+       2,
+       0xd4cae09acf5f92d9ull},
+      {"256@8192 + 8@12000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{8192, 256}},
+       8,
+       12000,
+       true,
+       PodRatio::even,
+       3,
+       8,
+       192,
+       512,
+       160.34983247058824,
+       222.39395011764702,
+       DecodeKernel::tile,
+       8,
+       0xdbcc19f866378f46ull},
+      {"1024@3072 + 64@4096 d64",
+       AttentionDims{32, 8, 64, DType::f16},
+       {{3072, 1024}},
+       64,
+       4096,
+       true,
+       PodRatio::proportional,
+       1,
+       1,
+       256,
+       512,
+       158.37058823529412,
+       206.85294117647061,
+       DecodeKernel::tile,
+       0,
+       0x7bdaf03f7b23a07full},
+      {"300@0 + 700@1000 + 9@20000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{0, 300}, {1000, 700}},
+       9,
+       20000,
+       true,
+       PodRatio::proportional,
+       1,
+       4,
+       288,
+       288,
+       190.91893505882356,
+       315.01981741176468,
+       DecodeKernel::tile,
+       4,
+       0xe52f7f593f5b3bcdull},
+      {"100 decodes @5000",
+       AttentionDims{32, 8, 128, DType::f16},
+       {},
+       100,
+       5000,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       520.96630588235291,
+       520.96630588235291,
+       DecodeKernel::tile,
+       0,
+       0xe9a7eefe2e1eccdfull},
+      {"700@1000 prefill only",
+       AttentionDims{32, 8, 128, DType::f16},
+       {{1000, 700}},
+       0,
+       0,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       72.799999999999997,
+       72.799999999999997,
+       DecodeKernel::tile,
+       0,
+       0x544b293a45c07338ull},
+      {"16 decodes @16384",
+       AttentionDims{32, 8, 128, DType::f16},
+       {},
+       16,
+       16384,
+       false,
+       PodRatio::proportional,
+       1,
+       1,
+       0,
+       0,
+       243.17578541176471,
+       243.17578541176471,
+       DecodeKernel::tile_deep,
+       0,
+       0xc89dfb3e0076bac3ull},
+  };
+  for (const Pinned& c : cases) {
+    const HybridBatch batch = make_batch(c.prefills, std::vector<int>(c.num_decodes, c.decode_ctx));
+    PodOptions quiet = pod_options();
+    quiet.explain = false;
+    auto plan = PodPlan::create(batch, c.dims, quiet);
+    ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status().to_string();
+    const PodConfig& cfg = plan->config();
+    EXPECT_TRUE(cfg.reason.empty()) << c.name;
+    // Explaining formats the reason and changes nothing else.
+    auto explained = PodPlan::create(batch, c.dims, pod_options()).value();
+    EXPECT_FALSE(explained.config().reason.empty()) << c.name;
+    EXPECT_EQ(explained.config().prefill_splits, cfg.prefill_splits) << c.name;
+    EXPECT_EQ(explained.config().decode_splits, cfg.decode_splits) << c.name;
+    EXPECT_EQ(explained.config().ratio, cfg.ratio) << c.name;
+    EXPECT_EQ(explained.config().fused, cfg.fused) << c.name;
+    EXPECT_EQ(testing::work_list_hash(explained.attention()),
+              testing::work_list_hash(plan->attention()))
+        << c.name;
+    EXPECT_EQ(cfg.mode, AttentionMode::pod) << c.name;
+    EXPECT_EQ(cfg.fused, c.fused) << c.name;
+    EXPECT_EQ(cfg.ratio, c.ratio) << c.name;
+    EXPECT_EQ(cfg.virtual_decode, 1) << c.name;
+    EXPECT_EQ(cfg.prefill_splits, c.prefill_splits) << c.name;
+    EXPECT_EQ(cfg.decode_splits, c.decode_splits) << c.name;
+    EXPECT_EQ(cfg.prefill_ctas, c.prefill_ctas) << c.name;
+    EXPECT_EQ(cfg.decode_ctas, c.decode_ctas) << c.name;
+    EXPECT_EQ(cfg.grid, c.prefill_ctas + c.decode_ctas) << c.name;
+    EXPECT_DOUBLE_EQ(cfg.estimate_us, c.estimate_us) << c.name;
+    EXPECT_DOUBLE_EQ(cfg.serial_estimate_us, c.serial_estimate_us) << c.name;
+    EXPECT_EQ(plan->attention().decode_kernel(), c.decode_kernel) << c.name;
+    EXPECT_EQ(plan->attention().decode_cluster_size(), c.decode_cluster_size) << c.name;
+    EXPECT_EQ(testing::work_list_hash(plan->attention()), c.work_lists) << c.name;
+    expect_covers(batch, c.dims, *plan);
   }
 }
 
@@ -299,7 +599,7 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     PodOptions o = pod_options();
     if (pick(3) == 0) o.device.num_sms = 1 + pick(64);
     o.virtual_decode = pick(3);
-    if (pick(4) == 0) o.planner_model = PodPlannerModel::hybrid;
+    o.explain = pick(4) == 0;
     o.serial_fallback = pick(4) != 0;
     // This thread's CPU time: what a step pays, whatever else loads the machine.
     const double t0 = thread_cpu_ms();
@@ -391,46 +691,76 @@ TEST(PodPlanTest, TicketRule) {
 // 628 rows on a 17.8K context + 64 decodes @4.3K (heads 32/8): 160 prefill
 // CTAs of ~280 key blocks. Under proportional tickets the 28 beyond the first
 // per SM start only after ~3 decode CTAs have run there; the H200 measured
-// 0.879x of serial with them unsplit (2026-11-30 11:58 UTC). The ticket
-// simulation sees that late start and splits the prefill; the list schedule
-// (which starts the longest CTAs first) does not.
-TEST(PodPlanTest, TicketModelSplitsFewLongPrefillCtas) {
+// 0.879x of serial with them unsplit (docs/pod.md). The fluid model simulates
+// the tickets, sees that late start and splits the prefill beyond the limit.
+TEST(PodPlanTest, FewLongPrefillCtasAreSplit) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch batch = make_batch({{17846 - 628, 628}}, std::vector<int>(64, 4256));
-  PodOptions lpt = pod_options();
-  lpt.planner_model = PodPlannerModel::lpt;
-  PodOptions tickets = pod_options();
-  tickets.planner_model = PodPlannerModel::tickets;
-  auto list_plan = PodPlan::create(batch, dims, lpt).value();
-  auto ticket_plan = PodPlan::create(batch, dims, tickets).value();
-  auto plan = PodPlan::create(batch, dims, hybrid_options()).value();
+  auto plan = PodPlan::create(batch, dims, pod_options()).value();
   std::printf("[pod plan] 628 @17846 + 64 @4256: %s\n", plan.config().reason.c_str());
-  EXPECT_EQ(list_plan.config().prefill_splits, 1);
-  EXPECT_GT(ticket_plan.config().prefill_splits, 1);
-  // The simulation predicts far more than the 15% the hybrid asks for.
-  EXPECT_EQ(plan.config().prefill_splits, ticket_plan.config().prefill_splits);
-  EXPECT_NE(plan.config().reason.find("hybrid: ticket simulation"), std::string::npos);
+  EXPECT_TRUE(plan.config().fused);
+  EXPECT_GT(plan.config().prefill_splits, 1);
+  EXPECT_TRUE(plan.config().prefill_beyond_limit);
   expect_prefill_limit(plan.config(), 2 * 132);
   expect_covers(batch, dims, plan);
 }
 
-// Where the simulation predicts only a small gain, the hybrid keeps the list
-// schedule's choice (the named cases: the list schedule's plans).
-TEST(PodPlanTest, HybridKeepsTheListScheduleForSmallPredictedGains) {
-  const AttentionDims dims{32, 8, 128, DType::f16};
-  for (const Named& n : kNamed) {
-    PodOptions lpt = pod_options();
-    lpt.planner_model = PodPlannerModel::lpt;
-    auto list_plan = PodPlan::create(named_batch(n), dims, lpt).value();
-    auto plan = PodPlan::create(named_batch(n), dims, hybrid_options()).value();
-    EXPECT_EQ(plan.config().prefill_splits, list_plan.config().prefill_splits) << n.name;
-    EXPECT_EQ(plan.config().decode_splits, list_plan.config().decode_splits) << n.name;
-    EXPECT_NE(plan.config().reason.find("hybrid: list schedule"), std::string::npos) << n.name;
+// Planning each step into the same plan objects (the engine's use) gives what
+// a fresh plan gives, and once the objects have seen the largest step it
+// allocates nothing (no reason text unless asked).
+TEST(PodPlanTest, BuildReusesThePlanAndAllocatesNothingOnceWarm) {
+  const AttentionDims dims{32, 8, 128, DType::bf16};
+  std::vector<HybridBatch> steps;
+  for (const Named& n : kNamed) steps.push_back(named_batch(n));
+  for (int cached : {0, 8192, 14336}) {
+    steps.push_back(make_batch({{cached, 2030}}, std::vector<int>(18, 16448)));
   }
-  EXPECT_EQ(parse_pod_planner_model("hybrid").value(), PodPlannerModel::hybrid);
-  EXPECT_EQ(parse_pod_planner_model("fluid").value(), PodPlannerModel::fluid);
-  EXPECT_EQ(parse_pod_planner_model("lpt").value(), PodPlannerModel::lpt);
-  EXPECT_FALSE(parse_pod_planner_model("auto").ok());
+  steps.push_back(make_batch({}, std::vector<int>(64, 8192)));
+  steps.push_back(make_batch({}, std::vector<int>(16, 16384)));
+  steps.push_back(make_batch({{0, 4096}}, {}));
+  steps.push_back(make_batch({{17107, 633}}, std::vector<int>(37, 4572)));
+  PodOptions pod = pod_options();
+  pod.explain = false;
+  PodOptions serial = pod;
+  serial.mode = AttentionMode::serial;
+  PodPlan plan;
+  AttentionPlan attention_plan;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      for (const PodOptions* options : {&pod, &serial}) {
+        long long allocations = 0;
+        {
+          CountAllocations counter;
+          ASSERT_TRUE(plan.build(steps[i], dims, *options).ok());
+          ASSERT_TRUE(attention_plan.build(steps[i], dims, {.num_sms = 132}).ok());
+          allocations = counter.count();
+        }
+        if (pass == 1) {
+          EXPECT_EQ(allocations, 0) << "step " << i;
+        }
+        const PodPlan fresh = PodPlan::create(steps[i], dims, *options).value();
+        EXPECT_EQ(plan.config().mode, fresh.config().mode);
+        EXPECT_EQ(plan.config().fused, fresh.config().fused) << "step " << i;
+        EXPECT_EQ(plan.config().grid, fresh.config().grid) << "step " << i;
+        EXPECT_EQ(plan.config().ratio, fresh.config().ratio) << "step " << i;
+        EXPECT_EQ(plan.config().estimate_us, fresh.config().estimate_us) << "step " << i;
+        EXPECT_EQ(plan.attention().metadata_bytes(), fresh.attention().metadata_bytes());
+        EXPECT_EQ(testing::work_list_hash(plan.attention()),
+                  testing::work_list_hash(fresh.attention()))
+            << "step " << i;
+        const AttentionPlan own = AttentionPlan::create(steps[i], dims, {.num_sms = 132}).value();
+        EXPECT_EQ(testing::work_list_hash(attention_plan), testing::work_list_hash(own));
+        EXPECT_EQ(attention_plan.decode_kernel(), own.decode_kernel());
+      }
+    }
+  }
+  // A failed build leaves an empty plan, not the previous step's.
+  PodOptions bad = pod;
+  bad.device.num_sms = 0;
+  EXPECT_FALSE(plan.build(steps[0], dims, bad).ok());
+  EXPECT_EQ(plan.attention().num_tokens(), 0);
+  EXPECT_TRUE(plan.attention().prefill_items().empty());
+  EXPECT_EQ(plan.config().grid, 0);
 }
 
 TEST(PodPlanTest, ZeroTileCases) {
@@ -484,9 +814,6 @@ TEST(PodPlanTest, SerialModeUsesTheAttentionPlanner) {
 // there its single CTA per SM stalls on the block-table lookups, and the
 // paged baseline must not be slowed by a kernel chosen for contiguous K/V.
 TEST(PodPlanTest, SerialPlansLeaveTheDeepDecodeKernelToContiguousCaches) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE is set: the automatic choice is overridden";
-  }
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch decodes = make_batch({}, std::vector<int>(16, 16384));
   PodOptions o = pod_options();

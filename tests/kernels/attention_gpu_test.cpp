@@ -367,8 +367,8 @@ TEST(AttentionGpuTest, MatchesReferenceAcrossDtypesDimsGroupsLayouts) {
   }
 }
 
-// The heads decode kernel (one warp per KV head / head chunk, 4 per CTA)
-// whatever VPOD_ATTENTION_DECODE says: KV head counts that fill a CTA (8),
+// The heads decode kernel (one warp per KV head / head chunk, 4 per CTA),
+// forced by PlanOptions::decode_kernel: KV head counts that fill a CTA (8),
 // leave warps idle (3, 6: CTAs of 4 + 2), MHA, group 7, two head chunks per
 // KV head (group 20); planned and forced splits (merged per warp, counters
 // reset: every step runs twice); paged == contiguous bit for bit.
@@ -421,10 +421,6 @@ TEST(AttentionGpuTest, HeadsDecodeKernelMatchesReference) {
 // == the counter merge of the same plan bit for bit, graph replays.
 TEST(AttentionGpuTest, ClusterMergedDecodeMatchesReference) {
   VPOD_REQUIRE_GPU();
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the plan is overridden";
-  }
   int device = 0, major = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -503,8 +499,8 @@ TEST(AttentionGpuTest, ClusterMergedDecodeMatchesReference) {
   }
 }
 
-// The deep decode kernel (one CTA per SM, 6 or 8 pipeline stages) whatever
-// VPOD_ATTENTION_DECODE says: fresh random inputs, poisoned outputs (every
+// The deep decode kernel (one CTA per SM, 6 or 8 pipeline stages), forced by
+// PlanOptions::decode_kernel: fresh random inputs, poisoned outputs (every
 // step runs twice, poisoned again in between), odd lengths 1 / 17 / 255 /
 // 4095 / 16385, groups 4 / 7 / 1 / 20 (two head chunks), fp16 / bf16, d64 /
 // d128, per-layer / all-layers; planned (unsplit) and forced splits (the
@@ -583,8 +579,7 @@ TEST(AttentionGpuTest, DeepDecodeKernelMatchesReference) {
   const PlanOptions automatic{num_sms(), 0, 0};
   const AttentionDims llama{32, 8, 128, DType::f16};
   const AttentionPlan plan = AttentionPlan::create(few, llama, automatic).value();
-  if (num_sms() >= 128 && std::getenv("VPOD_ATTENTION_DECODE") == nullptr &&
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") == nullptr) {
+  if (num_sms() >= 128) {
     EXPECT_EQ(plan.decode_kernel(), DecodeKernel::tile_deep);
     EXPECT_EQ(plan.decode_items().size(), contexts.size());
   }

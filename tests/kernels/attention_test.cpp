@@ -259,9 +259,6 @@ TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
 }
 
 TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE is set: the automatic choice is overridden";
-  }
   auto plan_for = [](int batch, int context) {
     return AttentionPlan::create(make_batch({}, std::vector<int>(batch, context)), llama_dims(),
                                  h200())
@@ -302,10 +299,6 @@ TEST(AttentionPlanTest, PicksTheDecodeKernelPerBatch) {
 // number (2..8) of splits (either kernel); the items are then grouped per decode
 // (split j of the i-th decode at S * i + j), longest decodes first.
 TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
-  }
   auto expect_grouped = [](const AttentionPlan& plan, const HybridBatch& batch) {
     const int s = plan.decode_cluster_size();
     ASSERT_GT(s, 0);
@@ -392,10 +385,6 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
 // (half a block per key block on num_sms slots, no merge) beats the split
 // tile plan; never the heads kernel's batches, never forced splits.
 TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
-  if (std::getenv("VPOD_ATTENTION_DECODE") != nullptr ||
-      std::getenv("VPOD_ATTENTION_DECODE_MERGE") != nullptr) {
-    GTEST_SKIP() << "VPOD_ATTENTION_DECODE(_MERGE) is set: the automatic choice is overridden";
-  }
   auto plan_for = [](const std::vector<int>& contexts, PlanOptions options = h200(),
                      AttentionDims dims = llama_dims()) {
     return AttentionPlan::create(make_batch({}, contexts), dims, options).value();
@@ -492,6 +481,118 @@ TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
   PlanOptions small = h200();
   small.num_sms = 114;
   EXPECT_EQ(plan_for(few, small).decode_kernel(), DecodeKernel::tile);
+}
+
+// The default plans of attention.h's planner, pinned on the H200's SM count:
+// decode kernel, cluster merge, partial rows and the exact work lists (their
+// hash). A refactor of the planner must reproduce them bit for bit.
+TEST(AttentionPlanTest, DefaultPlansArePinned) {
+  struct Pinned {
+    const char* name;
+    std::vector<testing::SeqSpec> prefills;  // {cached_len, num_new}
+    int num_decodes, decode_ctx;
+    DecodeKernel decode_kernel;
+    int decode_cluster_size, partial_rows;
+    std::size_t prefill_items, decode_items;
+    std::uint64_t work_lists;
+  };
+  const Pinned cases[] = {
+      {"32 decodes @4096", {}, 32, 4096, DecodeKernel::tile, 0, 0, 0, 32, 0x51134e53c8de1203ull},
+      {"64 decodes @8192",
+       {},
+       64,
+       8192,
+       DecodeKernel::heads,
+       2,
+       128,
+       0,
+       128,
+       0x6de20fb45c579983ull},
+      {"16 decodes @16384",
+       {},
+       16,
+       16384,
+       DecodeKernel::tile_deep,
+       0,
+       0,
+       0,
+       16,
+       0xc89dfb3e0076bac3ull},
+      {"17 decodes @16384",
+       {},
+       17,
+       16384,
+       DecodeKernel::tile,
+       7,
+       119,
+       0,
+       119,
+       0x524e399cdd0fef0aull},
+      {"4 decodes @16384", {}, 4, 16384, DecodeKernel::tile, 8, 32, 0, 32, 0xce2f32c332a69e03ull},
+      {"128 decodes @4096",
+       {},
+       128,
+       4096,
+       DecodeKernel::heads,
+       0,
+       0,
+       0,
+       128,
+       0x3c5d5c13d2fdd983ull},
+      {"256 decodes @2048", {}, 256, 2048, DecodeKernel::tile, 0, 0, 0, 256, 0x802d9174fe286983ull},
+      {"prefill 4096", {{0, 4096}}, 0, 0, DecodeKernel::tile, 0, 0, 32, 0, 0x8a237a8f09807ad3ull},
+      {"chunk 1024 @8192",
+       {{7168, 1024}},
+       0,
+       0,
+       DecodeKernel::tile,
+       0,
+       0,
+       8,
+       0,
+       0x21f729b2b1a5a43full},
+      {"chunk 2048 @16384",
+       {{14336, 2048}},
+       0,
+       0,
+       DecodeKernel::tile,
+       0,
+       0,
+       16,
+       0,
+       0x4910ef494f43cb14ull},
+      {"chunk 128 @16384",
+       {{16256, 128}},
+       0,
+       0,
+       DecodeKernel::tile,
+       0,
+       1024,
+       8,
+       0,
+       0x8dd245f70c0315bbull},
+      {"2048@6144 + 32@8192",
+       {{6144, 2048}},
+       32,
+       8192,
+       DecodeKernel::tile,
+       0,
+       0,
+       16,
+       32,
+       0x94a39b4a262ca63bull},
+  };
+  for (const Pinned& c : cases) {
+    const HybridBatch batch = make_batch(c.prefills, std::vector<int>(c.num_decodes, c.decode_ctx));
+    auto plan = AttentionPlan::create(batch, llama_dims(), h200());
+    ASSERT_TRUE(plan.ok()) << c.name << ": " << plan.status().to_string();
+    EXPECT_EQ(plan->decode_kernel(), c.decode_kernel) << c.name;
+    EXPECT_EQ(plan->decode_cluster_size(), c.decode_cluster_size) << c.name;
+    EXPECT_EQ(plan->partial_rows(), c.partial_rows) << c.name;
+    EXPECT_EQ(plan->prefill_items().size(), c.prefill_items) << c.name;
+    EXPECT_EQ(plan->decode_items().size(), c.decode_items) << c.name;
+    EXPECT_EQ(testing::work_list_hash(*plan), c.work_lists) << c.name;
+  }
 }
 
 TEST(AttentionPlanTest, UploadChecksTheBuffer) {

@@ -80,6 +80,24 @@ inline HybridBatch make_batch(const std::vector<SeqSpec>& prefills,
   return batch;
 }
 
+// FNV-1a over the plan's work lists (every field is an int32, no padding):
+// two plans with the same hash launch the same items in the same order.
+inline std::uint64_t work_list_hash(const AttentionPlan& plan) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const auto& list) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(list.data());
+    for (std::size_t i = 0; i < list.size() * sizeof(list[0]); ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ull;
+    }
+  };
+  mix(plan.prefill_items());
+  mix(plan.decode_items());
+  mix(plan.prefill_combines());
+  mix(plan.decode_combines());
+  return h;
+}
+
 // A host K/V cache in one layout. Every element starts as NaN.
 struct HostKvCache {
   AttentionDims dims;

@@ -1,8 +1,8 @@
 // Attention over the KV cache: the public API the model runtime calls.
 //
 // One engine step:
-//   1. plan   = AttentionPlan::create(batch, dims, {.num_sms = gpu.sm_count});   (CPU, once)
-//   2. plan.upload(buffers, stream);                                              (once per step)
+//   1. plan.build(batch, dims, {.num_sms = gpu.sm_count});   (CPU, once; reuses the plan's memory)
+//   2. plan.upload(buffers, stream);                          (once per step)
 //   3. per layer: append_kv(...); prefill(...); decode(...);   (or paged_* on a block table)
 // The plan holds every tile, split and combine decision for the step; every
 // layer reuses it. Launchers validate shapes, strides and dtypes and return a
@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -55,10 +56,10 @@ Status validate_dims(const AttentionDims& dims);
 
 // The decode kernel a plan is cut for (docs/attention.md).
 enum class DecodeKernel {
-  // VPOD_ATTENTION_DECODE=tile|heads|deep when set; else per batch: heads
-  // when the tile grid needs more than one wave of CTA slots and the heads
-  // grid fits in one; tile_deep when the tile plan splits, the unsplit
-  // decodes fit one CTA per SM and are estimated faster so; tile otherwise.
+  // Per batch: heads when the tile grid needs more than one wave of CTA slots
+  // and the heads grid fits in one; tile_deep when the tile plan splits, the
+  // unsplit decodes fit one CTA per SM and are estimated faster so; tile
+  // otherwise.
   automatic,
   tile,   // one CTA per (split, KV head, head chunk); its 4 warps share the keys
   heads,  // one CTA per (split, 4 KV heads / head chunks); one warp per head
@@ -73,6 +74,27 @@ enum class DecodeKernel {
 // cluster size).
 inline constexpr int kMaxDecodeClusterSize = 8;
 
+// How the launchers run a plan. The defaults are the fast paths the engine
+// uses; the alternatives exist for comparisons (`vpod bench attention|pod`
+// flags) and tests. The plan carries them (PlanOptions::kernels), so every
+// layer of a step launches alike.
+struct KernelOptions {
+  // Prefill on the sm_90a wgmma kernel where the GPU runs its code; false:
+  // the mma.sync kernel. (POD's prefill tile follows PodDevice::wgmma_prefill:
+  // query_pod_device(dims, wgmma_prefill).)
+  bool wgmma_prefill = true;
+  // The wgmma prefill tile loads contiguous K/V blocks by TMA; false: cp.async.
+  bool tma = true;
+  // Split decodes merge inside the decode kernel (arrival counters, or the
+  // cluster merge where planned); false: the separate combine kernel.
+  bool decode_merge_in_kernel = true;
+  // The wgmma prefill tile skips a half's O rescale when no row of the warp
+  // raised its maximum; false: rescale on every key block.
+  bool wgmma_lazy_rescale = true;
+  // The wgmma prefill tile with V's descriptor strides swapped (experiment).
+  bool wgmma_swap_v_strides = false;
+};
+
 struct PlanOptions {
   int num_sms = 0;  // SMs of the GPU the plan runs on (GpuInfo::sm_count); required
   // 0: the planner decides. n > 0: force n KV splits per prefill tile / decode
@@ -80,15 +102,17 @@ struct PlanOptions {
   int prefill_splits = 0;
   int decode_splits = 0;
   DecodeKernel decode_kernel = DecodeKernel::automatic;
-  // Let the decode splits merge as a cluster where the plan allows it (decode_cluster_size());
-  // false, or VPOD_ATTENTION_DECODE_MERGE= counters, keeps the arrival-counter merge through global
-  // memory.
+  // Let the decode splits merge as a cluster where the plan allows it
+  // (decode_cluster_size()); false keeps the arrival-counter merge through
+  // global memory.
   bool decode_cluster_merge = true;
   // Let the automatic plan pick DecodeKernel::tile_deep (16 x 16K). Its one
-  // CTA per SM stalls on a paged view's per-row block-table lookups (H200:
-  // 16 x 16K paged16 0.34 ms, paged256 0.27 ms, vs 0.28 / 0.24 ms for the
-  // split tile kernel): a plan for a paged KV cache should pass false.
+  // CTA per SM stalls on a paged view's per-row block-table lookups
+  // (docs/attention.md, *Paged views*): a plan for a paged KV cache should
+  // pass false.
   bool decode_deep = true;
+  // How the launchers run the plan (carried by it).
+  KernelOptions kernels{};
 };
 
 // Device memory a plan needs, owned by the caller and sized once for the
@@ -101,10 +125,19 @@ struct AttentionBuffers {
 };
 
 // Every decision for one step's attention, made on the CPU from the batch.
+// A value: plan each step into the same object with build(), which reuses its
+// vectors' capacity, so that once warmed up to the largest step planning
+// allocates nothing.
 class AttentionPlan {
  public:
+  // A new plan (build() into a fresh object).
   static Result<AttentionPlan> create(const HybridBatch& batch, const AttentionDims& dims,
                                       const PlanOptions& options);
+  // Plans `batch` into this object, replacing its content. On an error the
+  // plan is left empty (no tokens, no items).
+  Status build(const HybridBatch& batch, const AttentionDims& dims, const PlanOptions& options);
+  // Empties the plan (no tokens, no items), keeping its memory.
+  void clear();
 
   const AttentionDims& dims() const { return dims_; }
   int num_tokens() const { return num_prefill_tokens_ + num_decode_tokens_; }
@@ -145,8 +178,26 @@ class AttentionPlan {
   std::size_t decode_counter_count() const;
   // Device pointers into `buffers` for the kernels' parameters.
   PlanPointers pointers(const AttentionBuffers& buffers) const;
+  // How the launchers run this plan (PlanOptions::kernels).
+  const KernelOptions& kernel_options() const { return kernels_; }
 
  private:
+  // A prefill tile before its KV split: kPrefillBlockM query rows of one chunk.
+  struct Tile {
+    int seq, q_begin, rows, kv_end, blocks;
+  };
+  // Planning memory kept between builds (cleared, never shrunk).
+  struct Scratch {
+    std::vector<Tile> tiles;
+    std::vector<double> costs;                             // CTA costs of one candidate
+    std::vector<std::pair<double, long long>> free_slots;  // (free at, CTA slots), latest first
+    std::vector<int> decode_blocks, decode_order;
+    // Merge buffers of the stable sorts.
+    std::vector<PrefillWorkItem> prefill_items;
+    std::vector<DecodeWorkItem> decode_items;
+    std::vector<int> sorted_order;
+  };
+
   AttentionDims dims_;
   int num_prefill_tokens_ = 0;
   int num_decode_tokens_ = 0;
@@ -164,6 +215,8 @@ class AttentionPlan {
   int decode_cluster_size_ = 0;
   PlanLayout layout_;
   std::vector<std::byte> metadata_;  // host image of the device metadata
+  KernelOptions kernels_;
+  Scratch scratch_;
 
   void build_metadata();
 };

@@ -3,8 +3,9 @@
 
 namespace vpod::attention::detail {
 
-Status launch_prefill_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream) {
-  return device::launch_prefill_typed<__nv_bfloat16>(params, head_dim, stream);
+Status launch_prefill_bf16(const AttentionParams& params, const KernelOptions& options,
+                           int head_dim, cudaStream_t stream) {
+  return device::launch_prefill_typed<__nv_bfloat16>(params, options, head_dim, stream);
 }
 
 Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream) {

@@ -3,8 +3,9 @@
 
 namespace vpod::attention::detail {
 
-Status launch_prefill_f16(const AttentionParams& params, int head_dim, cudaStream_t stream) {
-  return device::launch_prefill_typed<half>(params, head_dim, stream);
+Status launch_prefill_f16(const AttentionParams& params, const KernelOptions& options, int head_dim,
+                          cudaStream_t stream) {
+  return device::launch_prefill_typed<half>(params, options, head_dim, stream);
 }
 
 Status launch_decode_f16(const AttentionParams& params, int head_dim, cudaStream_t stream) {

@@ -3,9 +3,7 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "common/cuda_check.h"
@@ -107,18 +105,12 @@ __global__ void __launch_bounds__(kAttentionThreads, kDecodeCtasPerSm)
   }
 }
 
-inline bool env_is(const char* name, std::string_view value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string_view(env) == value;
-}
-
-// Whether prefill runs on the wgmma kernel: the device executes its sm_90a
-// code (binary and PTX version 9.0; anything else would trap) and
-// VPOD_ATTENTION_PREFILL is not "mma" (the mma.sync kernel, for comparison).
+// Whether the device runs the wgmma prefill kernel's sm_90a code (binary and
+// PTX version 9.0; anything else would trap). A property of the device and the
+// binary, queried once.
 template <typename T, int kHeadDim>
-bool use_wgmma_prefill() {
-  static const bool use = [] {
-    if (env_is("VPOD_ATTENTION_PREFILL", "mma")) return false;
+bool wgmma_prefill_runs_here() {
+  static const bool runs = [] {
     cudaFuncAttributes attr{};
     if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim, false>) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -126,25 +118,24 @@ bool use_wgmma_prefill() {
     }
     return attr.binaryVersion == 90 && attr.ptxVersion == 90;
   }();
-  return use;
+  return runs;
 }
 
-// V's descriptor strides; VPOD_ATTENTION_WGMMA_VSWAP=1 swaps them (experiment).
-// VPOD_ATTENTION_WGMMA_LAZY=0 rescales O on every key block (comparison).
-inline WgmmaKnobs wgmma_knobs() {
-  static const WgmmaKnobs knobs = [] {
-    WgmmaKnobs k;
-    if (env_is("VPOD_ATTENTION_WGMMA_VSWAP", "1")) std::swap(k.v_lbo, k.v_sbo);
-    if (env_is("VPOD_ATTENTION_WGMMA_LAZY", "0")) k.lazy_rescale = false;
-    return k;
-  }();
-  return knobs;
+// The wgmma tile's launch-time switches (KernelOptions).
+inline WgmmaKnobs wgmma_knobs(const KernelOptions& options) {
+  WgmmaKnobs k;
+  if (options.wgmma_swap_v_strides) std::swap(k.v_lbo, k.v_sbo);
+  if (!options.wgmma_lazy_rescale) k.lazy_rescale = false;
+  return k;
 }
 
+// The prefill kernel: the wgmma one where the device runs it, unless
+// options.wgmma_prefill is false; else the mma.sync one.
 template <typename T>
-Status launch_prefill_typed(const AttentionParams& params, int head_dim, cudaStream_t stream) {
+Status launch_prefill_typed(const AttentionParams& params, const KernelOptions& options,
+                            int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    if (use_wgmma_prefill<T, kHeadDim>()) {
+    if (options.wgmma_prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
       auto* kernel = params.kv.block_table == nullptr ? prefill_wgmma_kernel<T, kHeadDim, false>
                                                       : prefill_wgmma_kernel<T, kHeadDim, true>;
@@ -153,7 +144,7 @@ Status launch_prefill_typed(const AttentionParams& params, int head_dim, cudaStr
           StatusCode::internal);
       const dim3 grid(static_cast<unsigned>(params.num_q_heads),
                       static_cast<unsigned>(params.num_prefill_items));
-      kernel<<<grid, kAttentionThreads, kSmem, stream>>>(params, wgmma_knobs());
+      kernel<<<grid, kAttentionThreads, kSmem, stream>>>(params, wgmma_knobs(options));
       VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
       return Status();
     }
@@ -203,7 +194,7 @@ template <typename T>
 Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    if (kind == detail::KernelKind::prefill && use_wgmma_prefill<T, kHeadDim>()) {
+    if (kind == detail::KernelKind::prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       // The fewer CTAs of the two instantiations (contiguous, paged).
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
       VPOD_ASSIGN_OR_RETURN(const int contiguous,

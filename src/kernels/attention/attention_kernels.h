@@ -12,9 +12,12 @@
 
 namespace vpod::attention::detail {
 
-// grid = (num_q_heads, num_prefill_items)
-Status launch_prefill_f16(const AttentionParams& params, int head_dim, cudaStream_t stream);
-Status launch_prefill_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream);
+// grid = (num_q_heads, num_prefill_items); the wgmma kernel where the device
+// runs it and options.wgmma_prefill allows it, else the mma.sync kernel.
+Status launch_prefill_f16(const AttentionParams& params, const KernelOptions& options, int head_dim,
+                          cudaStream_t stream);
+Status launch_prefill_bf16(const AttentionParams& params, const KernelOptions& options,
+                           int head_dim, cudaStream_t stream);
 // grid = (num_kv_heads * decode_head_chunks, num_decode_items)
 Status launch_decode_f16(const AttentionParams& params, int head_dim, cudaStream_t stream);
 Status launch_decode_bf16(const AttentionParams& params, int head_dim, cudaStream_t stream);
@@ -55,7 +58,8 @@ KvAddressing contiguous_addressing(const KvLayerView& kv);
 KvAddressing paged_addressing(const PagedKvView& kv);
 
 enum class KernelKind { prefill, decode, decode_heads };
-// CTAs of a kernel that fit on one SM of the current device (occupancy query).
+// CTAs of a kernel that fit on one SM of the current device (occupancy query;
+// prefill: the kernel the default KernelOptions launch).
 Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim);
 Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim);
 Result<int> ctas_per_sm_bf16(KernelKind kind, int head_dim);

@@ -5,8 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_kernels.h"
@@ -102,9 +100,10 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
   AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   p.kv_tma = maps;
   const AttentionDims& dims = plan.dims();
+  const KernelOptions& options = plan.kernel_options();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
-                           ? detail::launch_prefill_f16(p, dims.head_dim, stream)
-                           : detail::launch_prefill_bf16(p, dims.head_dim, stream));
+                           ? detail::launch_prefill_f16(p, options, dims.head_dim, stream)
+                           : detail::launch_prefill_bf16(p, options, dims.head_dim, stream));
   const CombineParams c =
       make_combine(p, plan, p.plan.prefill_combines, plan.prefill_combines().size());
   return detail::launch_combine(c, dims.dtype, dims.head_dim, stream);
@@ -117,11 +116,8 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
   AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   const AttentionDims& dims = plan.dims();
   // The decode kernel merges its own splits (decode_counters); the separate
-  // combine kernel stays for comparison (VPOD_ATTENTION_DECODE_COMBINE=kernel).
-  static const bool combine_kernel = [] {
-    const char* env = std::getenv("VPOD_ATTENTION_DECODE_COMBINE");
-    return env != nullptr && std::string_view(env) == "kernel";
-  }();
+  // combine kernel stays for comparison (KernelOptions::decode_merge_in_kernel).
+  const bool combine_kernel = !plan.kernel_options().decode_merge_in_kernel;
   if (combine_kernel) p.plan.decode_counters = nullptr;
   // The splits merge inside their cluster (sm_90): no partial rows, no counters.
   const bool heads = plan.decode_kernel() == DecodeKernel::heads;
@@ -295,7 +291,8 @@ Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
   return run_prefill(plan, buffers, q, out, softmax_scale, detail::contiguous_addressing(kv),
-                     contiguous_tensor_maps(kv), stream);
+                     plan.kernel_options().tma ? contiguous_tensor_maps(kv) : KvTensorMaps{},
+                     stream);
 }
 
 Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,

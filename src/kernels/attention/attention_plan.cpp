@@ -5,11 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -100,17 +97,29 @@ SequenceDesc describe(const BatchSequence& s) {
 // Longest-processing-time-first makespan of `costs` (sorted descending) on
 // `slots` identical CTA slots. Costs come in runs of equal values (every head
 // of a tile, every full split of a context), so the simulation keeps the
-// slots as (finish time -> count) and places a run on all the slots that free
+// slots as (finish time, count) and places a run on all the slots that free
 // first at once: the same schedule as placing one CTA at a time, in far fewer
-// steps (this runs for every split candidate of every step).
-double estimate_makespan(const std::vector<double>& costs, int slots) {
+// steps (this runs for every split candidate of every step). `free_at` is the
+// caller's memory: sorted by finish time, latest first, one entry per time.
+double estimate_makespan(const std::vector<double>& costs, int slots,
+                         std::vector<std::pair<double, long long>>& free_at) {
   if (costs.empty()) return 0.0;
   if (costs.size() > kMaxSimulatedCtas) {
     double total = 0.0;
     for (double c : costs) total += c;
     return total / slots + costs.front();
   }
-  std::map<double, long long> free_at{{0.0, std::max(slots, 1)}};
+  free_at.clear();
+  free_at.push_back({0.0, std::max(slots, 1)});
+  auto add = [&](double at, long long count) {
+    auto it = std::lower_bound(free_at.begin(), free_at.end(), at,
+                               [](const auto& entry, double t) { return entry.first > t; });
+    if (it != free_at.end() && it->first == at) {
+      it->second += count;
+    } else {
+      free_at.insert(it, {at, count});
+    }
+  };
   double makespan = 0.0;
   for (std::size_t i = 0; i < costs.size();) {
     const double cost = costs[i];
@@ -118,16 +127,35 @@ double estimate_makespan(const std::vector<double>& costs, int slots) {
     while (i + run < costs.size() && costs[i + run] == cost) ++run;
     i += run;
     for (long long left = static_cast<long long>(run); left > 0;) {
-      const auto first = free_at.begin();
-      const double start = first->first;
-      const long long placed = std::min(left, first->second);
-      if ((first->second -= placed) == 0) free_at.erase(first);
-      free_at[start + cost] += placed;
+      const double start = free_at.back().first;
+      const long long placed = std::min(left, free_at.back().second);
+      if ((free_at.back().second -= placed) == 0) free_at.pop_back();
+      add(start + cost, placed);
       left -= placed;
       makespan = std::max(makespan, start + cost);
     }
   }
   return makespan;
+}
+
+// std::stable_sort's order (ties keep their positions) without its
+// temporary allocation: a bottom-up merge sort through `buffer`, the caller's
+// memory, which keeps its capacity between plans.
+template <typename T, typename Less>
+void stable_sort_with(std::vector<T>& items, std::vector<T>& buffer, Less less) {
+  const std::size_t n = items.size();
+  buffer.resize(n);
+  std::vector<T>* from = &items;
+  std::vector<T>* to = &buffer;
+  for (std::size_t width = 1; width < n; width *= 2) {
+    for (std::size_t lo = 0; lo < n; lo += 2 * width) {
+      const std::size_t mid = std::min(lo + width, n), hi = std::min(lo + 2 * width, n);
+      std::merge(from->begin() + lo, from->begin() + mid, from->begin() + mid, from->begin() + hi,
+                 to->begin() + lo, less);
+    }
+    std::swap(from, to);
+  }
+  if (from != &items) std::copy(buffer.begin(), buffer.end(), items.begin());
 }
 
 }  // namespace
@@ -159,34 +187,33 @@ int AttentionPlan::decode_ctas_per_item() const {
   return decode_kernel_ == DecodeKernel::heads ? ceil_div(units, kDecodeHeadsPerCta) : units;
 }
 
-namespace {
-
-// PlanOptions::decode_kernel, with `automatic` resolved: VPOD_ATTENTION_DECODE
-// (tile or heads) when set, else the default.
-DecodeKernel resolve_decode_kernel(DecodeKernel requested) {
-  if (requested != DecodeKernel::automatic) return requested;
-  static const DecodeKernel from_env = [] {
-    const char* env = std::getenv("VPOD_ATTENTION_DECODE");
-    if (env != nullptr && std::string_view(env) == "heads") return DecodeKernel::heads;
-    if (env != nullptr && std::string_view(env) == "deep") return DecodeKernel::tile_deep;
-    return DecodeKernel::tile;
-  }();
-  return from_env;
-}
-
-// VPOD_ATTENTION_DECODE_MERGE=counters: no cluster merge (comparison).
-bool cluster_merge_disabled_by_env() {
-  static const bool disabled = [] {
-    const char* env = std::getenv("VPOD_ATTENTION_DECODE_MERGE");
-    return env != nullptr && std::string_view(env) == "counters";
-  }();
-  return disabled;
-}
-
-}  // namespace
-
 Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const AttentionDims& dims,
                                             const PlanOptions& options) {
+  AttentionPlan plan;
+  VPOD_RETURN_IF_ERROR(plan.build(batch, dims, options));
+  return plan;
+}
+
+void AttentionPlan::clear() {
+  num_prefill_tokens_ = num_decode_tokens_ = 0;
+  max_slot_ = max_context_len_ = 0;
+  prefill_seqs_.clear();
+  decode_seqs_.clear();
+  prefill_items_.clear();
+  decode_items_.clear();
+  prefill_combines_.clear();
+  decode_combines_.clear();
+  token_slots_.clear();
+  partial_rows_ = 0;
+  decode_kernel_ = DecodeKernel::tile;
+  decode_cluster_size_ = 0;
+  layout_ = PlanLayout{};
+  metadata_.clear();
+}
+
+Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
+                            const PlanOptions& options) {
+  clear();
   VPOD_RETURN_IF_ERROR(validate_dims(dims));
   if (options.num_sms < 1) return invalid_argument("PlanOptions::num_sms must be >= 1");
   if (options.prefill_splits < 0 || options.decode_splits < 0) {
@@ -194,12 +221,13 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   }
   VPOD_RETURN_IF_ERROR(validate_batch(batch));
 
-  AttentionPlan plan;
+  AttentionPlan& plan = *this;
+  Scratch& scratch = scratch_;
   plan.dims_ = dims;
-  plan.decode_kernel_ = resolve_decode_kernel(options.decode_kernel);
-  // Neither requested nor set by VPOD_ATTENTION_DECODE: chosen per batch below.
-  static const bool env_set = std::getenv("VPOD_ATTENTION_DECODE") != nullptr;
-  const bool automatic = options.decode_kernel == DecodeKernel::automatic && !env_set;
+  plan.kernels_ = options.kernels;
+  // Automatic: chosen per batch below, starting from the tile kernel.
+  const bool automatic = options.decode_kernel == DecodeKernel::automatic;
+  plan.decode_kernel_ = automatic ? DecodeKernel::tile : options.decode_kernel;
   plan.num_prefill_tokens_ = batch.num_prefill_tokens();
   plan.num_decode_tokens_ = batch.num_decode_tokens();
   for (const auto* list : {&batch.prefills, &batch.decodes}) {
@@ -219,10 +247,8 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   // kPrefillCtasPerSm CTA slots, counting each CTA's fixed cost and the
   // combine a split needs. A grid that already fills most of a wave (say 256
   // CTAs on 264 slots) is left alone: splitting it doubles the waves.
-  struct Tile {
-    int seq, q_begin, rows, kv_end, blocks;
-  };
-  std::vector<Tile> tiles;
+  std::vector<Tile>& tiles = scratch.tiles;
+  tiles.clear();
   for (int i = 0; i < static_cast<int>(batch.prefills.size()); ++i) {
     const BatchSequence& s = batch.prefills[i];
     for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
@@ -249,8 +275,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
     // Beyond two waves of CTAs a finer split only adds fixed costs.
     const int max_target = static_cast<int>(
         std::min<long long>(kMaxPrefillSplits, (2 * prefill_slots + base_ctas - 1) / base_ctas));
+    std::vector<double>& costs = scratch.costs;
     for (int target = 1; target <= max_target; ++target) {
-      std::vector<double> costs;
+      costs.clear();
       double partial_bytes = 0.0;
       for (const Tile& t : tiles) {
         const int splits = tile_splits(t, target);
@@ -266,7 +293,7 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
-      const double time = estimate_makespan(costs, prefill_slots) +
+      const double time = estimate_makespan(costs, prefill_slots, scratch.free_slots) +
                           (partial_bytes > 0.0 ? kPrefillCombineLaunchBlocks +
                                                      partial_bytes / kPrefillPartialBytesPerBlock
                                                : 0.0);
@@ -299,8 +326,8 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   }
   // Longest first: the causal tiles near the end of a long prompt start in the
   // first wave, the short ones fill the tail.
-  std::stable_sort(
-      plan.prefill_items_.begin(), plan.prefill_items_.end(),
+  stable_sort_with(
+      plan.prefill_items_, scratch.prefill_items,
       [](const PrefillWorkItem& a, const PrefillWorkItem& b) { return a.cost > b.cost; });
 
   // ---- Decode: split every context into chunks of `chunk` key blocks. The
@@ -315,8 +342,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   const int units = dims.num_kv_heads * plan.decode_head_chunks();
   const double combine_overhead = kDecodeCombineOverheadBlocks128 * 128.0 / dims.head_dim;
   const double cluster_overhead = kDecodeClusterMergeOverheadBlocks128 * 128.0 / dims.head_dim;
-  const bool cluster_merge = options.decode_cluster_merge && !cluster_merge_disabled_by_env();
-  std::vector<int> decode_blocks;
+  const bool cluster_merge = options.decode_cluster_merge;
+  std::vector<int>& decode_blocks = scratch.decode_blocks;
+  decode_blocks.clear();
   int max_blocks = 0;
   for (const BatchSequence& s : batch.decodes) {
     decode_blocks.push_back(ceil_div(s.context_len(), kDecodeBlockN));
@@ -347,7 +375,8 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
     const int slots = options.num_sms * (deep ? kDecodeDeepCtasPerSm : kDecodeCtasPerSm);
     const double block_cost = deep ? kDecodeDeepBlockCost : 1.0;
     auto estimate = [&](int chunk) {
-      std::vector<double> costs;
+      std::vector<double>& costs = scratch.costs;
+      costs.clear();
       bool any_split = false;
       for (int blocks : decode_blocks) {
         const int splits = splits_for(blocks, chunk);
@@ -364,7 +393,7 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
       const double merge = !any_split                                            ? 0.0
                            : cluster_merge && !deep && cluster_splits(chunk) > 0 ? cluster_overhead
                                                                                  : combine_overhead;
-      return estimate_makespan(costs, slots) + merge;
+      return estimate_makespan(costs, slots, scratch.free_slots) + merge;
     };
     DecodeChoice best{std::max(max_blocks, 1), 0, -1.0};
     if (options.decode_splits > 0) {
@@ -394,11 +423,9 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   };
   DecodeChoice choice = choose_chunk(plan.decode_kernel_);
   // Automatic: the heads kernel when the tile grid runs more than one wave of
-  // CTA slots and the heads grid (4x fewer CTAs) fits in one; measured on the
-  // H200: 64 x 8K 0.4697 vs 0.4730 ms, 128 x 4K 0.4759 vs 0.4847 ms (tile
-  // unsplit, 1.9 and 3.9 waves); where heads would run two waves (256 x 2K:
-  // 0.4825 vs 0.4791 ms) or the tile grid is one wave (32 x 4K, 16 x 16K
-  // split in 2), the tile kernel is as fast or faster. See docs/attention.md.
+  // CTA slots and the heads grid (4x fewer CTAs) fits in one; where heads
+  // would run two waves or the tile grid is one wave, the tile kernel is as
+  // fast or faster (measurements: docs/attention.md, *The plan*).
   const int decode_slots = options.num_sms * kDecodeCtasPerSm;
   if (automatic && options.decode_splits == 0 && choice.ctas > decode_slots) {
     const DecodeChoice heads = choose_chunk(DecodeKernel::heads);
@@ -409,10 +436,8 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   }
   // Automatic: the deep kernel when the tile plan splits the decodes but
   // unsplit they fit one CTA per SM and are estimated faster so (no merge at
-  // all): 16 x 16K with 8 KV heads, 128 units on 132 SMs; measured on the
-  // H200 (2026-11-30 16:35 UTC): 0.2455 / 0.2460 ms against 0.2493 / 0.2488
-  // ms for the tile kernel split in 2 with the cluster merge. Not for a plan
-  // that opts out (PlanOptions::decode_deep: paged KV caches).
+  // all): 16 x 16K with 8 KV heads, 128 units on 132 SMs (docs/attention.md).
+  // Not for a plan that opts out (PlanOptions::decode_deep: paged KV caches).
   if (automatic && options.decode_deep && options.decode_splits == 0 &&
       plan.decode_kernel_ == DecodeKernel::tile && choice.chunk < max_blocks) {
     const DecodeChoice deep = choose_chunk(DecodeKernel::tile_deep);
@@ -430,10 +455,11 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
   if (cluster_merge && plan.decode_kernel_ != DecodeKernel::tile_deep) {
     plan.decode_cluster_size_ = cluster_splits(best_chunk);
   }
-  std::vector<int> decode_order(batch.decodes.size());
-  for (int i = 0; i < static_cast<int>(decode_order.size()); ++i) decode_order[i] = i;
+  std::vector<int>& decode_order = scratch.decode_order;
+  decode_order.clear();
+  for (int i = 0; i < static_cast<int>(batch.decodes.size()); ++i) decode_order.push_back(i);
   if (plan.decode_cluster_size_ > 0) {
-    std::stable_sort(decode_order.begin(), decode_order.end(), [&](int a, int b) {
+    stable_sort_with(decode_order, scratch.sorted_order, [&](int a, int b) {
       return batch.decodes[a].context_len() > batch.decodes[b].context_len();
     });
   }
@@ -459,20 +485,22 @@ Result<AttentionPlan> AttentionPlan::create(const HybridBatch& batch, const Atte
     }
   }
   if (plan.decode_cluster_size_ == 0) {
-    std::stable_sort(plan.decode_items_.begin(), plan.decode_items_.end(),
+    stable_sort_with(plan.decode_items_, scratch.decode_items,
                      [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
                        return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
                      });
   }
 
   if (plan.prefill_items_.size() > kMaxGridY || plan.decode_items_.size() > kMaxGridY) {
-    return out_of_range(
-        fmt::format("attention plan has {} prefill and {} decode work items; at "
-                    "most {} each fit one launch",
-                    plan.prefill_items_.size(), plan.decode_items_.size(), kMaxGridY));
+    const Status error =
+        out_of_range(fmt::format("attention plan has {} prefill and {} decode work items; at "
+                                 "most {} each fit one launch",
+                                 plan.prefill_items_.size(), plan.decode_items_.size(), kMaxGridY));
+    clear();
+    return error;
   }
   plan.build_metadata();
-  return plan;
+  return Status();
 }
 
 void AttentionPlan::build_metadata() {

@@ -1,11 +1,11 @@
+// TMA descriptors of a contiguous KV layer: encoding through the driver entry
+// point, and the launchers' fallback to cp.async when that fails.
 #include "kernels/attention/kv_tensor_map.h"
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string_view>
 
 #include "common/cuda_check.h"
 #include "common/log.h"
@@ -18,14 +18,6 @@ namespace {
 constexpr cuuint32_t kBoxDims = 64;
 constexpr cuuint32_t kBoxTokens = kPrefillBlockN;
 static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap), "a CUtensorMap is 128 bytes");
-
-bool tma_switched_off() {
-  static const bool off = [] {
-    const char* env = std::getenv("VPOD_ATTENTION_TMA");
-    return env != nullptr && std::string_view(env) == "0";
-  }();
-  return off;
-}
 
 Status encode_one(const cuda::DriverApi& api, void* base, const KvLayerView& kv,
                   TensorMapBytes& out) {
@@ -78,7 +70,6 @@ Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps) {
 
 KvTensorMaps contiguous_tensor_maps(const KvLayerView& kv) {
   KvTensorMaps maps;
-  if (tma_switched_off()) return maps;
   const Status st = encode_kv_tensor_maps(kv, maps);
   if (!st.ok()) {
     // Said once per process: the prefill runs correctly on cp.async, but slower.

@@ -20,8 +20,8 @@ namespace vpod::attention {
 Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps);
 
 // The descriptors the launchers pass to the prefill and POD kernels: those of
-// encode_kv_tensor_maps, or valid = 0 (cp.async loads) when it fails or when
-// VPOD_ATTENTION_TMA=0 (for comparisons).
+// encode_kv_tensor_maps, or valid = 0 (cp.async loads) when it fails. (The
+// launchers skip it for a plan with KernelOptions::tma = false.)
 KvTensorMaps contiguous_tensor_maps(const KvLayerView& kv);
 
 }  // namespace vpod::attention

@@ -4,7 +4,7 @@
 // One engine step:
 //   static PodDevice gpu = query_pod_device(dims).value();                (once per process)
 //   PodCounters counters = PodCounters::create(stream).value();           (once per stream)
-//   plan = PodPlan::create(batch, dims, {.mode = mode, .device = gpu});   (CPU, once per step)
+//   plan.build(batch, dims, {.mode = mode, .device = gpu});              (CPU, once per step)
 //   plan.upload(buffers, stream);                                         (once per step)
 //   per layer: append_kv(plan.attention(), buffers, k_new, v_new, kv, stream);
 //              hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "cuda/device_buffer.h"
@@ -56,22 +58,9 @@ struct PodDevice {
   bool wgmma_prefill = false;
 };
 // The current device. The wgmma prefill tile is chosen where the GPU runs its
-// sm_90a code, unless `allow_wgmma` is false or VPOD_ATTENTION_PREFILL=mma
-// (the variable that also sends the standalone prefill to mma.sync).
+// sm_90a code, unless `allow_wgmma` is false (pass KernelOptions::wgmma_prefill,
+// so that POD and the standalone prefill run the same tile).
 Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma = true);
-
-// The planner's makespan model (docs/pod.md). fluid (default): the ticket
-// simulation below with decode CTAs sharing the HBM bandwidth (each at most a
-// per-CTA rate), calibrated on the H200; the only model that also picks the
-// ratio policy and estimates the serial kernels for the fallback. lpt: a
-// longest-first list schedule of all CTAs on the CTA slots (assumes the
-// longest start first, whatever the ratio policy). tickets: a simulation of
-// the kernel's own schedule (per-SM tickets and kind counters under the ratio
-// policy, so it sees a few long prefill CTAs starting late). hybrid (the
-// earlier default): the list schedule's choice, unless the simulation
-// predicts its own choice >= 15% faster.
-enum class PodPlannerModel { fluid, hybrid, tickets, lpt };
-Result<PodPlannerModel> parse_pod_planner_model(std::string_view name);
 
 struct PodOptions {
   AttentionMode mode = AttentionMode::pod;
@@ -86,12 +75,10 @@ struct PodOptions {
   int max_prefill_ctas = 0;
   // false: never beyond max_prefill_ctas (the paper's rule as is).
   bool allow_beyond_prefill_limit = true;
-  // How the planner estimates a configuration's makespan (PodPlannerModel).
-  PodPlannerModel planner_model = PodPlannerModel::fluid;
-  // fluid: the planner may take the other ratio policy than `ratio` when its
+  // The planner may take the other ratio policy than `ratio` when its
   // estimate is >= 2% faster (false: `ratio` as given).
   bool choose_ratio = true;
-  // fluid: when the fused kernel's estimate does not beat the serial kernels'
+  // When the fused kernel's estimate does not beat the serial kernels'
   // (prefill() then decode() with attention.h's own plan), the plan runs
   // those instead (PodConfig::fused = false), so POD is never planned slower
   // than serial. false: always the fused kernel.
@@ -99,6 +86,10 @@ struct PodOptions {
   // The serial plans (mode serial, the fallback) may pick the deep decode
   // kernel (PlanOptions::decode_deep); false for a paged KV cache.
   bool decode_deep = true;
+  // Format PodConfig::reason (benchmarks, tests); off, a step formats nothing.
+  bool explain = false;
+  // How the launchers run the plan (PlanOptions::kernels).
+  KernelOptions kernels{};
 };
 
 // What the planner chose for one step, and why.
@@ -122,18 +113,26 @@ struct PodConfig {
   // over the best plan within it (estimate_within_limit_us).
   bool prefill_beyond_limit = false;
   double estimate_within_limit_us = 0;
-  // fluid: the serial kernels' estimate (0 when not estimated).
+  // The serial kernels' estimate (0 when not estimated).
   double serial_estimate_us = 0;
+  // Why, in words: only with PodOptions::explain (else empty).
   std::string reason;
 };
 
 // The plan of one step: the work lists (an AttentionPlan whose KV splits the
 // POD planner chose) and the fused kernel's configuration. CPU only; every
-// layer of the step reuses it.
+// layer of the step reuses it. A value: plan each step into the same object
+// with build(), which reuses its memory (no allocation once warmed up to the
+// largest step, unless PodOptions::explain formats the reason).
 class PodPlan {
  public:
+  PodPlan() = default;
+  // A new plan (build() into a fresh object).
   static Result<PodPlan> create(const HybridBatch& batch, const AttentionDims& dims,
                                 const PodOptions& options);
+  // Plans `batch` into this object, replacing its content. On an error the
+  // plan is left empty (no work items, grid 0).
+  Status build(const HybridBatch& batch, const AttentionDims& dims, const PodOptions& options);
 
   const AttentionPlan& attention() const { return plan_; }
   const PodConfig& config() const { return config_; }
@@ -142,11 +141,23 @@ class PodPlan {
     return plan_.upload(buffers, stream);
   }
 
+  // The planner's memory, kept between builds (cleared, never shrunk).
+  struct Scratch {
+    std::vector<int> tile_blocks, tile_rows, decode_blocks;  // the batch, in key blocks
+    std::vector<int> decode_candidates;                      // decode split counts to try
+    std::vector<double> prefill_pieces, prefill_costs, decode_work;
+    std::vector<int> decode_pieces, decode_tile_blocks;
+    std::vector<unsigned> tickets;                                  // per SM
+    std::vector<std::pair<double, int>> prefill_heap, decode_heap;  // simulation events
+  };
+
  private:
-  PodPlan(AttentionPlan plan, PodConfig config)
-      : plan_(std::move(plan)), config_(std::move(config)) {}
+  Status plan_step(const HybridBatch& batch, const AttentionDims& dims, const PodOptions& options);
+  void reset();
+
   AttentionPlan plan_;
   PodConfig config_;
+  Scratch scratch_;
 };
 
 // The fused kernel's scheduling counters: per-SM tickets (sized from the

@@ -4,8 +4,9 @@
 
 namespace vpod::attention::detail {
 
-Status launch_pod_bf16(const PodParams& params, int head_dim, cudaStream_t stream) {
-  return device::launch_pod_typed<__nv_bfloat16>(params, head_dim, stream);
+Status launch_pod_bf16(const PodParams& params, const KernelOptions& options, int head_dim,
+                       cudaStream_t stream) {
+  return device::launch_pod_typed<__nv_bfloat16>(params, options, head_dim, stream);
 }
 
 Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma) {

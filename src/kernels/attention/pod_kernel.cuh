@@ -177,7 +177,8 @@ bool pod_wgmma_runs_here() {
 }
 
 template <typename T, int kHeadDim, bool kWgmma>
-Status launch_pod_variant(const PodParams& params, cudaStream_t stream) {
+Status launch_pod_variant(const PodParams& params, const KernelOptions& options,
+                          cudaStream_t stream) {
   const int smem = pod_smem_bytes<T, kHeadDim, kWgmma>(params.virtual_decode);
   auto* kernel = pod_kernel<T, kHeadDim, kWgmma>;
   VPOD_CUDA_RETURN_IF_ERROR(
@@ -185,7 +186,7 @@ Status launch_pod_variant(const PodParams& params, cudaStream_t stream) {
                            kPodMaxSmemBytes<T, kHeadDim, kWgmma>),
       StatusCode::internal);
   const unsigned grid = static_cast<unsigned>(params.prefill_ctas + params.decode_ctas);
-  kernel<<<grid, kAttentionThreads, smem, stream>>>(params, wgmma_knobs());
+  kernel<<<grid, kAttentionThreads, smem, stream>>>(params, wgmma_knobs(options));
   VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
   return Status();
 }
@@ -206,16 +207,17 @@ Result<int> pod_variant_ctas_per_sm(int virtual_decode) {
 }
 
 template <typename T>
-Status launch_pod_typed(const PodParams& params, int head_dim, cudaStream_t stream) {
+Status launch_pod_typed(const PodParams& params, const KernelOptions& options, int head_dim,
+                        cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (params.wgmma_prefill != 0) {
       if (!pod_wgmma_runs_here<T, kHeadDim>()) {
         return failed_precondition(
             "the POD plan asks for the wgmma prefill tile; this GPU does not run its sm_90a code");
       }
-      return launch_pod_variant<T, kHeadDim, true>(params, stream);
+      return launch_pod_variant<T, kHeadDim, true>(params, options, stream);
     }
-    return launch_pod_variant<T, kHeadDim, false>(params, stream);
+    return launch_pod_variant<T, kHeadDim, false>(params, options, stream);
   });
   return Status();
 }

@@ -6,14 +6,18 @@
 #include <cuda_runtime_api.h>
 
 #include "common/status.h"
+#include "kernels/attention/attention.h"
 #include "kernels/attention/pod_params.h"
 
 namespace vpod::attention::detail {
 
 // grid = prefill_ctas + decode_ctas, 128 threads; params.wgmma_prefill picks
-// the prefill tile (an error where the GPU cannot run the wgmma one).
-Status launch_pod_f16(const PodParams& params, int head_dim, cudaStream_t stream);
-Status launch_pod_bf16(const PodParams& params, int head_dim, cudaStream_t stream);
+// the prefill tile (an error where the GPU cannot run the wgmma one), options
+// its launch-time switches (wgmma_knobs).
+Status launch_pod_f16(const PodParams& params, const KernelOptions& options, int head_dim,
+                      cudaStream_t stream);
+Status launch_pod_bf16(const PodParams& params, const KernelOptions& options, int head_dim,
+                       cudaStream_t stream);
 // Co-resident CTAs per SM of the fused kernel with the wgmma or the mma.sync
 // prefill tile (occupancy query, current device).
 Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode, bool wgmma);

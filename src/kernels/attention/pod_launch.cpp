@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string_view>
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.h"
@@ -87,9 +85,10 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   // tiles share a CTA, so they leave the merge to the combine launch.
   if (config.virtual_decode != 1) a.plan.decode_counters = nullptr;
   const bool decode_merged = a.plan.decode_counters != nullptr;
+  const KernelOptions& options = ap.kernel_options();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
-                           ? detail::launch_pod_f16(p, dims.head_dim, stream)
-                           : detail::launch_pod_bf16(p, dims.head_dim, stream));
+                           ? detail::launch_pod_f16(p, options, dims.head_dim, stream)
+                           : detail::launch_pod_bf16(p, options, dims.head_dim, stream));
   // KV splits: one combine per kind (they only read the kernel's partials).
   for (const auto& [items, count] :
        {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
@@ -119,8 +118,7 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) 
   VPOD_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device),
       StatusCode::unavailable);
-  const char* prefill_env = std::getenv("VPOD_ATTENTION_PREFILL");
-  if (allow_wgmma && (prefill_env == nullptr || std::string_view(prefill_env) != "mma")) {
+  if (allow_wgmma) {
     VPOD_ASSIGN_OR_RETURN(info.wgmma_prefill,
                           dims.dtype == DType::f16
                               ? detail::pod_wgmma_runs_here_f16(dims.head_dim)
@@ -163,8 +161,10 @@ Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounte
   }
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
+  const KvTensorMaps maps =
+      plan.attention().kernel_options().tma ? contiguous_tensor_maps(kv) : KvTensorMaps{};
   return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::contiguous_addressing(kv),
-                 contiguous_tensor_maps(kv), stream, trace);
+                 maps, stream, trace);
 }
 
 Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
