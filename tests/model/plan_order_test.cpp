@@ -27,6 +27,7 @@ class RecordingBackend final : public Backend {
 
   std::vector<std::string> ops;
   bool fail_plan = false;
+  bool fail_attention = false;  // attention returns an error, as a failed launch would
 
   void set_op_timing(bool enabled) override { inner_->set_op_timing(enabled); }
   OpTimes take_op_times() override { return inner_->take_op_times(); }
@@ -94,6 +95,7 @@ class RecordingBackend final : public Backend {
   Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
                    const StepPlan& plan, float scale, const TensorView& out) override {
     ops.push_back("attention");
+    if (fail_attention) return internal_error("attention launch failed on purpose (test)");
     return inner_->attention(q, kv, layer, step, plan, scale, out);
   }
   bool supports_paged_kv(int head_dim) const override {
@@ -256,6 +258,19 @@ TEST_F(PlanOrder, APlanningFailureLeavesTheCacheUntouchedAndTheNextStepRuns) {
   ASSERT_TRUE(want.ok());
   ASSERT_EQ(want->numel(), again->numel());
   EXPECT_EQ(std::memcmp(want->data(), again->data(), got.size() * sizeof(float)), 0);
+}
+
+// A backend op that fails (a launcher's Status) is returned by forward, not
+// an abort; the next step runs normally.
+TEST_F(PlanOrder, AFailedOpReturnsItsStatus) {
+  backend_->fail_attention = true;
+  const auto failed = model_->forward(prefill_batch(0, 5), kv_->view(), plan_);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::internal);
+  EXPECT_NE(failed.status().message().find("attention launch failed"), std::string::npos);
+  EXPECT_EQ(std::count(backend_->ops.begin(), backend_->ops.end(), "attention"), 1);
+  backend_->fail_attention = false;
+  EXPECT_TRUE(model_->forward(prefill_batch(0, 5), kv_->view(), plan_).ok());
 }
 
 }  // namespace
