@@ -97,6 +97,42 @@ T ok_or_fail(Result<T> r) {
   return std::move(r).value();
 }
 
+// A plain contiguous KV cache in backend memory for the benchmark's steps,
+// per-layer layout [num_slots, max_ctx, kv_heads, head_dim].
+class BenchKv {
+ public:
+  static BenchKv create(model::Backend& backend, const model::ModelConfig& c, DType dtype,
+                        int num_slots, int max_ctx) {
+    BenchKv kv;
+    const std::int64_t token_elems = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+    const std::size_t bytes =
+        static_cast<std::size_t>(num_slots) * max_ctx * token_elems * dtype_size(dtype);
+    for (int l = 0; l < c.num_layers; ++l) {
+      KvLayerView view{.dtype = dtype,
+                       .device = backend.device(),
+                       .num_slots = num_slots,
+                       .max_ctx = max_ctx,
+                       .num_kv_heads = c.num_kv_heads,
+                       .head_dim = c.head_dim,
+                       .slot_stride = token_elems * max_ctx,
+                       .token_stride = token_elems,
+                       .head_stride = c.head_dim};
+      for (void** half : {&view.k, &view.v}) {
+        kv.buffers_.push_back(ok_or_fail(backend.allocate(bytes)));
+        *half = kv.buffers_.back()->data();
+      }
+      kv.layers_.push_back(view);
+    }
+    return kv;
+  }
+  std::span<const KvLayerView> layers() const { return layers_; }
+  KvCacheView view() const { return {.contiguous = layers_, .paged = {}}; }
+
+ private:
+  std::vector<std::unique_ptr<model::BackendBuffer>> buffers_;
+  std::vector<KvLayerView> layers_;
+};
+
 struct StepTiming {
   double gpu_ms = 0;      // per step, median over `iters` steps (graphs when eligible)
   double enqueue_ms = 0;  // host time inside forward() per step
@@ -104,18 +140,18 @@ struct StepTiming {
   model::OpTimes ops;     // one extra, timed step (eager)
 };
 
-double median_step_ms(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
-                      int iters, double* enqueue_ms) {
+double median_step_ms(model::Model& m, const HybridBatch& batch, const KvCacheView& kv,
+                      model::StepPlan& plan, int iters, double* enqueue_ms) {
   model::Backend& b = m.backend();
   // Three warm-ups: a decode shape runs eagerly once, is recorded the
   // second time, replayed from then on.
-  for (int i = 0; i < 3; ++i) ok_or_fail(m.forward(batch, kv));
+  for (int i = 0; i < 3; ++i) ok_or_fail(m.forward(batch, kv, plan));
   if (!b.synchronize().ok()) fail("synchronize failed");
   double enqueue = 0;
   std::vector<double> gpu;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    ok_or_fail(m.forward(batch, kv));
+    ok_or_fail(m.forward(batch, kv, plan));
     const auto t1 = std::chrono::steady_clock::now();
     if (!b.synchronize().ok()) fail("synchronize failed");
     const auto t2 = std::chrono::steady_clock::now();
@@ -127,21 +163,21 @@ double median_step_ms(model::Model& m, const HybridBatch& batch, std::span<const
   return gpu[gpu.size() / 2];
 }
 
-StepTiming time_steps(model::Model& m, const HybridBatch& batch, std::span<const KvLayerView> kv,
-                      int iters) {
+StepTiming time_steps(model::Model& m, const HybridBatch& batch, const KvCacheView& kv,
+                      model::StepPlan& plan, int iters) {
   model::Backend& b = m.backend();
   StepTiming t;
   if (batch.prefills.empty()) {
     m.set_step_graphs(false);
-    t.eager_ms = median_step_ms(m, batch, kv, iters, nullptr);
+    t.eager_ms = median_step_ms(m, batch, kv, plan, iters, nullptr);
     m.set_step_graphs(true);
   }
   // Each step is timed on the host from the call to its completion (the
   // backend's stream is internal), the median kept; enqueue is the part the
   // host spends inside forward().
-  t.gpu_ms = median_step_ms(m, batch, kv, iters, &t.enqueue_ms);
+  t.gpu_ms = median_step_ms(m, batch, kv, plan, iters, &t.enqueue_ms);
   b.set_op_timing(true);
-  ok_or_fail(m.forward(batch, kv));
+  ok_or_fail(m.forward(batch, kv, plan));
   t.ops = b.take_op_times();
   b.set_op_timing(false);
   return t;
@@ -245,11 +281,11 @@ void bench_gemv(const model::Model& m, DType dtype, nlohmann::json& report) {
 
 // The sampler on one decode step's logits: greedy and filtered random
 // sampling at a few batch sizes (host time per call, results on the host).
-void bench_sampling(model::Model& m, nlohmann::json& report) {
+void bench_sampling(model::Model& m, model::StepPlan& plan, nlohmann::json& report) {
   model::Backend& b = m.backend();
   const model::ModelConfig& c = m.config();
   const int max_batch = std::min(64, m.options().max_num_sequences);
-  auto kv = ok_or_fail(model::KvCacheBuffers::create(b, c, m.kv_dtype(), max_batch, 64));
+  auto kv = BenchKv::create(b, c, m.kv_dtype(), max_batch, 64);
   std::printf("\nsampling (%d-token vocabulary, host time per call incl. results)\n", c.vocab_size);
   std::printf("%-6s %-26s %10s\n", "batch", "config", "ms");
   nlohmann::json rows = nlohmann::json::array();
@@ -260,7 +296,7 @@ void bench_sampling(model::Model& m, nlohmann::json& report) {
       hb.token_ids.push_back((13 * i + 1) % c.vocab_size);
       hb.positions.push_back(31);
     }
-    const TensorView logits = ok_or_fail(m.forward(hb, kv.views()));
+    const TensorView logits = ok_or_fail(m.forward(hb, kv.view(), plan));
     struct Named {
       const char* name;
       kernels::SamplingConfig config;
@@ -302,8 +338,8 @@ void bench_sampling(model::Model& m, nlohmann::json& report) {
 // Decode steps at context 1024 under each decode tuning (fusions, PDL
 // launches; model/backend.h DecodeTuning), graphs and eager; the backend is
 // left with the tuning of the command line.
-void bench_tuning(model::Model& m, const ModelBenchArgs& a, double weights_read,
-                  nlohmann::json& report) {
+void bench_tuning(model::Model& m, model::StepPlan& plan, const ModelBenchArgs& a,
+                  double weights_read, nlohmann::json& report) {
   model::Backend& b = m.backend();
   const model::ModelConfig& c = m.config();
   const model::DecodeTuning chosen = b.decode_tuning();
@@ -327,7 +363,7 @@ void bench_tuning(model::Model& m, const ModelBenchArgs& a, double weights_read,
   nlohmann::json rows = nlohmann::json::array();
   for (int batch : parse_list(a.tuning_batches)) {
     if (batch > m.options().max_num_sequences || batch > m.options().max_num_tokens) continue;
-    auto kv = ok_or_fail(model::KvCacheBuffers::create(b, c, m.kv_dtype(), batch, kContext));
+    auto kv = BenchKv::create(b, c, m.kv_dtype(), batch, kContext);
     HybridBatch hb;
     for (int i = 0; i < batch; ++i) {
       hb.decodes.push_back(
@@ -341,10 +377,10 @@ void bench_tuning(model::Model& m, const ModelBenchArgs& a, double weights_read,
       if (batch == 1 && v.tuning.gemv_max_rows == 1) continue;  // same as unfused
       b.set_decode_tuning(v.tuning);
       m.set_step_graphs(false);
-      const double eager = median_step_ms(m, hb, kv.views(), a.iters, nullptr);
+      const double eager = median_step_ms(m, hb, kv.view(), plan, a.iters, nullptr);
       m.set_step_graphs(true);
       double enqueue = 0;
-      const double step = median_step_ms(m, hb, kv.views(), a.iters, &enqueue);
+      const double step = median_step_ms(m, hb, kv.view(), plan, a.iters, &enqueue);
       std::printf("%-6d %-18s %10.3f %10.3f %8.2fx %9.3f\n", batch, v.name, step, eager,
                   step / roof_ms, enqueue);
       rows.push_back({{"batch", batch},
@@ -398,6 +434,8 @@ void run(const ModelBenchArgs& a) {
   const auto load_start = std::chrono::steady_clock::now();
   auto m = ok_or_fail(model::Model::load(
       a.model, *backend, {.max_num_tokens = max_tokens, .max_num_sequences = max_seqs}));
+  // The steps' attention plan, reused by every step of the run.
+  model::StepPlan step_plan;
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const model::ModelConfig& c = m->config();
@@ -429,7 +467,7 @@ void run(const ModelBenchArgs& a) {
 
   // Validation: a small decode batch gives finite, non-constant logits.
   {
-    auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 2, 64));
+    auto kv = BenchKv::create(*backend, c, m->kv_dtype(), 2, 64);
     HybridBatch b;
     b.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = 16, .token_offset = 0});
     for (int i = 0; i < 16; ++i) {
@@ -439,7 +477,7 @@ void run(const ModelBenchArgs& a) {
     b.decodes.push_back({.slot = 1, .cached_len = 20, .num_new = 1, .token_offset = 16});
     b.token_ids.push_back(5);
     b.positions.push_back(20);
-    const TensorView logits = ok_or_fail(m->forward(b, kv.views()));
+    const TensorView logits = ok_or_fail(m->forward(b, kv.view(), step_plan));
     std::vector<float> host(static_cast<std::size_t>(logits.numel()));
     if (!backend->download(logits.data(), host.size() * 4, host.data()).ok()) fail("download");
     float lo = INFINITY, hi = -INFINITY;
@@ -454,7 +492,7 @@ void run(const ModelBenchArgs& a) {
 
   bench_gemv(*m, bo.dtype, report);
 
-  bench_tuning(*m, a, weights_read, report);
+  bench_tuning(*m, step_plan, a, weights_read, report);
 
   std::printf("\n%-6s %-7s %10s %10s %9s %8s %9s | %8s %8s %8s %9s\n", "batch", "context",
               "step ms", "roofline", "ratio", "TB/s", "eager ms", "gemm", "attn", "other",
@@ -471,14 +509,14 @@ void run(const ModelBenchArgs& a) {
         decode_rows.push_back({{"batch", batch}, {"context", ctx}, {"skipped", "KV does not fit"}});
         continue;
       }
-      auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), batch, ctx));
+      auto kv = BenchKv::create(*backend, c, m->kv_dtype(), batch, ctx);
       HybridBatch b;
       for (int i = 0; i < batch; ++i) {
         b.decodes.push_back({.slot = i, .cached_len = ctx - 1, .num_new = 1, .token_offset = i});
         b.token_ids.push_back((17 * i + 3) % c.vocab_size);
         b.positions.push_back(ctx - 1);
       }
-      const StepTiming t = time_steps(*m, b, kv.views(), a.iters);
+      const StepTiming t = time_steps(*m, b, kv.view(), step_plan, a.iters);
       const double roof_ms = (weights_read + kv_bytes) / kBandwidthCeiling * 1e3;
       const double tbs = (weights_read + kv_bytes) / (t.gpu_ms * 1e-3) / 1e12;
       std::printf("%-6d %-7d %10.3f %10.3f %8.2fx %8.2f %9.3f | %8.3f %8.3f %8.3f %9.3f\n", batch,
@@ -502,7 +540,7 @@ void run(const ModelBenchArgs& a) {
   std::printf("step graphs: %d recorded, %d steps replayed, %d cached\n", gs.captured, gs.launched,
               gs.cached);
   report["step_graphs"] = {{"recorded", gs.captured}, {"launched", gs.launched}};
-  bench_sampling(*m, report);
+  bench_sampling(*m, step_plan, report);
 
   std::printf("\n%-8s %10s %10s %10s %8s | %8s %8s %8s\n", "prefill", "ms", "TFLOP/s", "roofline",
               "of roof", "gemm", "attn", "other");
@@ -512,14 +550,14 @@ void run(const ModelBenchArgs& a) {
       (static_cast<double>(c.hidden_size) * (c.q_size() + 2 * c.kv_size()) +
        static_cast<double>(c.q_size()) * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
   for (int n : prefills) {
-    auto kv = ok_or_fail(model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 1, n));
+    auto kv = BenchKv::create(*backend, c, m->kv_dtype(), 1, n);
     HybridBatch b;
     b.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = n, .token_offset = 0});
     for (int i = 0; i < n; ++i) {
       b.token_ids.push_back((31 * i + 7) % c.vocab_size);
       b.positions.push_back(i);
     }
-    const StepTiming t = time_steps(*m, b, kv.views(), std::max(3, a.iters / 3));
+    const StepTiming t = time_steps(*m, b, kv.view(), step_plan, std::max(3, a.iters / 3));
     // Causal attention: QK^T and PV over n(n+1)/2 pairs per head.
     const double attn_flops =
         4.0 * c.num_layers * c.num_q_heads * c.head_dim * (static_cast<double>(n) * (n + 1) / 2.0);
@@ -551,12 +589,11 @@ void run(const ModelBenchArgs& a) {
   }
   nlohmann::json hybrid_rows = nlohmann::json::array();
   for (const HybridSpec& h : hybrids) {
-    auto kv = ok_or_fail(
-        model::KvCacheBuffers::create(*backend, c, m->kv_dtype(), 1 + h.decodes, h.max_context()));
+    auto kv = BenchKv::create(*backend, c, m->kv_dtype(), 1 + h.decodes, h.max_context());
     // The cached context holds random K/V, as a real cache holds data, not
     // what the allocator returned (often zeros): the tensor cores' power, and
     // with it the clock attention runs at next to the GEMMs, depends on it.
-    for (const KvLayerView& view : kv.views()) {
+    for (const KvLayerView& view : kv.layers()) {
       const std::size_t count = static_cast<std::size_t>(view.num_slots) * view.slot_stride;
       const bool bf16 = view.dtype == DType::bf16;
       fill_random_device(view.k, count, 101, bf16, nullptr);
@@ -578,7 +615,7 @@ void run(const ModelBenchArgs& a) {
       b.token_ids.push_back((17 * i + 3) % c.vocab_size);
       b.positions.push_back(h.decode_ctx - 1);
     }
-    const StepTiming t = time_steps(*m, b, kv.views(), std::max(3, a.iters / 2));
+    const StepTiming t = time_steps(*m, b, kv.view(), step_plan, std::max(3, a.iters / 2));
     const std::string name =
         fmt::format("{}@{}+{}@{}", h.chunk, h.chunk_cached, h.decodes, h.decode_ctx);
     std::printf("%-24s %10.3f | %8.3f %8.3f %8.3f\n", name.c_str(), t.gpu_ms, t.ops.gemm_ms,

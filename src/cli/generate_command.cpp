@@ -111,8 +111,33 @@ void run(const GenerateArgs& a) {
   auto m = value_or_fail(model::Model::load(a.model, *backend, options));
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  auto kv = value_or_fail(
-      model::KvCacheBuffers::create(*backend, m->config(), m->kv_dtype(), 1, context));
+  // One slot of contiguous KV, per-layer layout [1, context, kv_heads, head_dim].
+  std::vector<std::unique_ptr<model::BackendBuffer>> kv_buffers;
+  std::vector<KvLayerView> kv_layers;
+  {
+    const model::ModelConfig& c = m->config();
+    const std::int64_t token_elems = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+    const std::size_t bytes =
+        static_cast<std::size_t>(context) * token_elems * dtype_size(m->kv_dtype());
+    for (int l = 0; l < c.num_layers; ++l) {
+      KvLayerView view{.dtype = m->kv_dtype(),
+                       .device = backend->device(),
+                       .num_slots = 1,
+                       .max_ctx = context,
+                       .num_kv_heads = c.num_kv_heads,
+                       .head_dim = c.head_dim,
+                       .slot_stride = token_elems * context,
+                       .token_stride = token_elems,
+                       .head_stride = c.head_dim};
+      for (void** half : {&view.k, &view.v}) {
+        kv_buffers.push_back(value_or_fail(backend->allocate(bytes)));
+        *half = kv_buffers.back()->data();
+      }
+      kv_layers.push_back(view);
+    }
+  }
+  const KvCacheView kv{.contiguous = kv_layers, .paged = {}};
+  model::StepPlan plan;
   std::fprintf(stderr, "model: %s, %d layers, %.2f GB weights on %s, loaded in %.1f s\n",
                std::string(model::architecture_name(m->config().arch)).c_str(),
                m->config().num_layers, static_cast<double>(m->weight_bytes()) / 1e9,
@@ -154,7 +179,7 @@ void run(const GenerateArgs& a) {
     const auto start = std::chrono::steady_clock::now();
     double first_token_s = 0.0;
     for (int step = 0; step < a.max_tokens; ++step) {
-      const TensorView out = value_or_fail(m->forward(batch, kv.views()));
+      const TensorView out = value_or_fail(m->forward(batch, kv, plan));
       if (dump.is_open()) {
         if (Status s = backend->download(out.data(), vocab * sizeof(float), logits.data());
             !s.ok()) {

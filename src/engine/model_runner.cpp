@@ -1,42 +1,24 @@
+// The engine's ModelExecutor over the model runtime (see model_runner.h).
 #include "engine/model_runner.h"
 
 #include <algorithm>
 
 #include "common/check.h"
-#include "common/cuda_check.h"
 
 namespace vpod::engine {
 
-ModelRunner::ModelRunner(model::Model& model, std::vector<KvLayerView> kv_views)
-    : model_(model), kv_views_(std::move(kv_views)) {
-  VPOD_CHECK(static_cast<int>(kv_views_.size()) == model.config().num_layers);
+ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(model), kv_(kv) {
+  VPOD_CHECK(kv_.num_layers() == model.config().num_layers);
   const auto rows = static_cast<std::size_t>(model.options().max_num_sequences);
   requests_.reserve(rows);
   results_.resize(rows);
   for (auto& r : results_) r.top.reserve(kMaxTopLogprobs);
 }
 
-ModelRunner::ModelRunner(model::Model& model, kvcache::PagedKvCache& paged_cache)
-    : ModelRunner(model, std::vector<KvLayerView>(model.config().num_layers)) {
-  paged_cache_ = &paged_cache;
-  for (int l = 0; l < model.config().num_layers; ++l) {
-    paged_views_.push_back(paged_cache.layer_view(l));
-  }
-}
-
 Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                             std::span<SampledToken> out) {
   VPOD_CHECK(samples.size() == out.size());
-  if (paged_cache_ != nullptr && paged_cache_->config().device == Device::cuda) {
-    // The tables are copied on the legacy stream and waited for: the model's
-    // stream does not order after it, and the previous step (whose sampled
-    // tokens came back to the host) no longer reads them.
-    VPOD_RETURN_IF_ERROR(paged_cache_->sync_block_tables(nullptr));
-    VPOD_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(nullptr), "block tables"));
-  }
-  VPOD_ASSIGN_OR_RETURN(TensorView logits, paged_cache_ != nullptr
-                                               ? model_.forward(batch, paged_views_)
-                                               : model_.forward(batch, kv_views_));
+  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();
   for (const SampleSpec& spec : samples) {

@@ -13,27 +13,25 @@
 #include "common/kv_view.h"
 #include "engine/model_executor.h"
 #include "kernels/sampling/sampling.h"
-#include "kvcache/paged_kv_cache.h"
 #include "model/model.h"
 
 namespace vpod::engine {
 
 class ModelRunner final : public ModelExecutor {
  public:
-  // `kv_views`: one per layer, from the KV cache the scheduler allocates in.
-  ModelRunner(model::Model& model, std::vector<KvLayerView> kv_views);
-  // Over the paged baseline cache (`--kv-cache paged`): each step first
-  // copies the block tables the scheduler's prepare() changed to the device.
-  ModelRunner(model::Model& model, kvcache::PagedKvCache& paged_cache);
+  // `kv`: every layer of the KV cache the scheduler allocates in
+  // (kvcache::KvStore::view(): vAttention or the paged baseline, whose
+  // prepare path has put the step's block tables where the kernels read
+  // them). Its entries must outlive the runner.
+  ModelRunner(model::Model& model, const KvCacheView& kv);
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out) override;
 
  private:
   model::Model& model_;
-  std::vector<KvLayerView> kv_views_;
-  kvcache::PagedKvCache* paged_cache_ = nullptr;  // set: forward through block tables
-  std::vector<PagedKvView> paged_views_;
+  KvCacheView kv_;
+  model::StepPlan plan_;  // the step's attention plan; its buffers are reused every step
   std::vector<kernels::SampleRequest> requests_;  // reused every step
   std::vector<kernels::SampleResult> results_;
 };

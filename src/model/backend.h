@@ -1,13 +1,17 @@
-// The small set of operations the model's forward pass is written against.
-// Two implementations: CpuBackend (fp32 math from any stored dtype; the
+// The interface the model's forward pass (model.cpp) is written against, in
+// groups: memory, per-step metadata, attention planning, step graphs, tensor
+// ops, decode fusions, sampling, and op timing for benchmarks. Two
+// implementations: CpuBackend (fp32 math from any stored dtype; the
 // correctness reference, runs tiny models in CI) and CudaBackend (cuBLASLt
-// GEMMs and fused kernels in fp16/bf16/fp32). The forward (model.cpp) is
-// written once over this interface.
+// GEMMs and fused kernels in fp16/bf16/fp32; cuda_backend.cpp and the
+// cuda_*.h files beside it).
 //
 // Conventions: every TensorView passed in lives on the backend's device and
 // has the backend's compute dtype unless stated otherwise; rows are tokens of
 // the step's flattened batch. Shapes are checked (VPOD_CHECK: a mismatch is a
-// bug in the caller, the model validated user input at load).
+// bug in the caller, the model validated user input at load). Ops whose
+// launch can fail at run time (cuBLASLt, the attention launchers) return a
+// Status, which the model returns from forward.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +29,7 @@
 #include "kernels/gemm/gemv.h"
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
+#include "model/step_plan.h"
 
 namespace vpod::model {
 
@@ -59,10 +64,10 @@ enum class LogitsMode : std::uint8_t {
   all_tokens,         // every token of the step (tests, prompt logprobs)
 };
 
-// The rotary embedding's inverse frequencies, [head_dim / 2] fp32 in
-// backend memory (see kernels/rope/rope.h for how they are computed).
 struct StepArrays;
 
+// The rotary embedding's inverse frequencies, [head_dim / 2] fp32 in
+// backend memory (see kernels/rope/rope.h for how they are computed).
 struct RopeTable {
   const float* inv_freq = nullptr;
   int head_dim = 0;
@@ -77,7 +82,7 @@ struct OpTimes {
   int num_ops = 0;
 };
 
-// What try_step_graph() decided for the current step.
+// What try_step_graph decided for the current step.
 enum class StepGraph : std::uint8_t {
   launched,  // a graph recorded for this step's launch shape was enqueued: done
   capture,   // shape seen before: record it (begin/end_step_capture) now
@@ -154,36 +159,43 @@ class Backend {
   virtual Status prepare_step(const StepArrays& arrays, const HybridBatch& batch,
                               StepTensors* out) = 0;
 
-  // Plans the step's attention for the model's heads and uploads the plan
-  // (CUDA: once per step, before the first layer's attention, outside any
-  // graph capture; the model calls it after enqueueing layer 0's QKV
-  // projection on eager steps, so the GPU works while the host plans);
-  // every layer's attention() reuses it. `paged_kv`: the step's attention
-  // reads a paged cache (the plan then leaves out kernels that only pay off
-  // on contiguous K/V). The CPU backend needs no plan.
+  // Plans the step's attention for the model's heads into `plan` (the
+  // caller's, reused across steps; CUDA: the kernels' plan, uploaded to the
+  // plan's buffers on the stream, outside any graph capture). Once per step,
+  // before the first layer's attention; the model calls it after enqueueing
+  // layer 0's QKV projection on eager steps, so the GPU works while the host
+  // plans. `paged_kv`: the step's attention reads a paged cache. The CPU
+  // backend needs no plan.
   virtual Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                                int head_dim, bool paged_kv) {
-    (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim, (void)paged_kv;
+                                int head_dim, bool paged_kv, StepPlan& plan) {
+    (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim;
+    plan.clear();
+    plan.paged_kv = paged_kv;
+    plan.ready = true;
     return {};
   }
 
   // ---- graphs of whole steps (decode-only steps; the model decides when) ----
-  // Call after prepare_step and plan_attention. A step's "launch shape" is
+  // Call after prepare_step and plan_attention. A step's launch shape is
   // everything the recorded launches bake in: token, sequence and logit-row
-  // counts, the attention plan's work-list sizes, and `caller_key`, which
-  // the caller derives from every other address the ops bake in (its
-  // weights, activations and KV views). The per-step data (token ids,
-  // positions, slots, plan contents) lives in fixed device buffers uploaded
-  // before the launch.
-  virtual Result<StepGraph> try_step_graph(std::uint64_t caller_key) {
-    (void)caller_key;
+  // counts, the plan's work-list sizes, launch configuration and buffers,
+  // and `caller_key`, which the caller derives from every other address the
+  // ops bake in (its weights, activations and KV views). The per-step data
+  // (token ids, positions, slots, plan contents) lives in fixed device
+  // buffers uploaded before the launch.
+  virtual Result<StepGraph> try_step_graph(const StepTensors& step, const StepPlan& plan,
+                                           std::uint64_t caller_key) {
+    (void)step, (void)plan, (void)caller_key;
     return StepGraph::eager;
   }
   // Records the ops enqueued until end_step_capture (they do not run), then
-  // end_step_capture instantiates the graph, caches it under the step's
-  // launch shape and launches it. On an error nothing ran: run eagerly.
+  // end_step_capture instantiates the graph, caches it under the launch
+  // shape try_step_graph saw and launches it. On an error nothing ran: run
+  // eagerly. cancel_step_capture ends a recording whose ops failed to
+  // enqueue, discarding it (nothing ran).
   virtual Status begin_step_capture() { return unimplemented("step graphs"); }
   virtual Status end_step_capture() { return unimplemented("step graphs"); }
+  virtual void cancel_step_capture() {}
   virtual StepGraphStats step_graph_stats() const { return {}; }
 
   // ---- ops ----
@@ -198,24 +210,24 @@ class Backend {
                             const TensorView& weight, float eps, const TensorView& out) = 0;
   // out[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]); out may be fp32 when
   // the compute dtype is not (logits).
-  virtual void linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
-                      const TensorView& out) = 0;
+  virtual Status linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                        const TensorView& out) = 0;
   // Per-head RMSNorm in place: x [T, heads, head_dim] (row stride may exceed
   // heads * head_dim), weight [head_dim]. Qwen3's q_norm / k_norm.
   virtual void head_rms_norm(const TensorView& x, const TensorView& weight, float eps) = 0;
   // Rotates q [T, q_heads, D] and k [T, kv_heads, D] in place (rotate-half
   // convention) at step.positions, then writes k and v [T, kv_heads, D] into
-  // the cache at (token_slots[t], token_kv_index[t]). `blocks` set: the
-  // cache is paged (kernels::KvBlockTable; see supports_paged_kv).
+  // layer `layer` of the cache at (token_slots[t], token_kv_index[t]);
+  // contiguous or paged (see supports_paged_kv).
   virtual void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                              const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
-                              const kernels::KvBlockTable& blocks) = 0;
-  // Causal attention of every new query over its sequence's cache:
-  // q, out [T, q_heads, D]; query i of a sequence sees cache rows
-  // [0, cached_len + i].
-  virtual void attention(const TensorView& q, const KvLayerView& kv,
-                         const kernels::KvBlockTable& blocks, const StepTensors& step, float scale,
-                         const TensorView& out) = 0;
+                              const RopeTable& rope, const StepTensors& step, const KvCacheView& kv,
+                              int layer) = 0;
+  // Causal attention of every new query over its sequence's cache (layer
+  // `layer` of kv) as `plan` (plan_attention, this step) says: q, out
+  // [T, q_heads, D]; query i of a sequence sees cache rows [0, cached_len + i].
+  virtual Status attention(const TensorView& q, const KvCacheView& kv, int layer,
+                           const StepTensors& step, const StepPlan& plan, float scale,
+                           const TensorView& out) = 0;
   // Whether rope_kv_append / attention read a paged cache for this head_dim
   // (CUDA: the attention kernels' paged launchers, fp16/bf16 only).
   virtual bool supports_paged_kv(int head_dim) const = 0;

@@ -9,12 +9,12 @@
 
 #include "common/check.h"
 #include "kernels/activation/silu_mul.h"
+#include "kernels/attention/attention_reference.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/norm/rms_norm.h"
 #include "kernels/rope/rope.h"
 #include "model/backend.h"
-#include "model/reference_attention.h"
 #include "model/step_metadata.h"
 
 namespace vpod::model {
@@ -137,8 +137,14 @@ class CpuBackend final : public Backend {
         row_stride(out), static_cast<int>(residual.size(0)), static_cast<int>(residual.size(1)));
   }
 
-  void linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
-              const TensorView& out) override {
+  Status linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                const TensorView& out) override {
+    matmul(x, weight, bias, out);
+    return {};
+  }
+
+  void matmul(const TensorView& x, const TensorView& weight, const TensorView* bias,
+              const TensorView& out) {
     const int m = static_cast<int>(x.size(0));
     const int k = static_cast<int>(x.size(1));
     const int n = static_cast<int>(weight.size(0));
@@ -160,25 +166,40 @@ class CpuBackend final : public Backend {
   }
 
   void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                      const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
-                      const kernels::KvBlockTable& blocks) override {
+                      const RopeTable& rope, const StepTensors& step, const KvCacheView& kv,
+                      int layer) override {
     const int rows = step.num_tokens;
     VPOD_CHECK(q.size(0) == rows && k.size(0) == rows && v.size(0) == rows);
     kernels::rope_ref(fp(q), q.stride(0), rows, static_cast<int>(q.size(1)), rope.head_dim,
                       step.positions, rope.inv_freq);
     kernels::rope_ref(fp(k), k.stride(0), rows, static_cast<int>(k.size(1)), rope.head_dim,
                       step.positions, rope.inv_freq);
-    kernels::kv_append_ref(fp(k), k.stride(0), fp(v), v.stride(0), rows, step.token_slots,
-                           step.token_kv_index, kv, blocks);
+    if (kv.is_paged()) {
+      kernels::kv_append_ref(fp(k), k.stride(0), fp(v), v.stride(0), rows, step.token_slots,
+                             step.token_kv_index, kv.paged[layer]);
+    } else {
+      kernels::kv_append_ref(fp(k), k.stride(0), fp(v), v.stride(0), rows, step.token_slots,
+                             step.token_kv_index, kv.contiguous[layer]);
+    }
   }
 
   bool supports_paged_kv(int) const override { return true; }
 
-  void attention(const TensorView& q, const KvLayerView& kv, const kernels::KvBlockTable& blocks,
-                 const StepTensors& step, float scale, const TensorView& out) override {
+  // The kernels' CPU reference in fp32 (attention_reference.h).
+  Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
+                   const StepPlan& plan, float scale, const TensorView& out) override {
+    (void)plan;
     VPOD_CHECK(q.rank() == 3 && out.rank() == 3 && q.size(0) == step.num_tokens);
-    reference_attention(fp(q), q.stride(0), kv, blocks, *step.batch, static_cast<int>(q.size(1)),
-                        scale, fp(out), out.stride(0));
+    (void)fp(q), (void)fp(out);
+    const auto precision = attention::ReferencePrecision::fp32;
+    if (kv.is_paged()) {
+      const PagedKvView& p = kv.paged[layer];
+      return attention::reference_attention(*step.batch, dims(q, p.num_kv_heads, p.dtype), q, p,
+                                            out, scale, precision);
+    }
+    const KvLayerView& c = kv.contiguous[layer];
+    return attention::reference_attention(*step.batch, dims(q, c.num_kv_heads, c.dtype), q, c, out,
+                                          scale, precision);
   }
 
   void silu_mul(const TensorView& gate_up, const TensorView& out) override {
@@ -202,14 +223,14 @@ class CpuBackend final : public Backend {
   }
   void norm_linear(const NormedRows& in, const TensorView& weight, const TensorView* bias,
                    const TensorView& out) override {
-    linear(normalize(in), weight, bias, out);
+    matmul(normalize(in), weight, bias, out);
   }
   void norm_linear_silu(const NormedRows& in, const TensorView& gate_up,
                         const TensorView& out) override {
     const TensorView x = normalize(in);
     gate_up_.resize(static_cast<std::size_t>(in.num_rows * gate_up.size(0)));
     const TensorView g(gate_up_.data(), DType::f32, {in.num_rows, gate_up.size(0)}, Device::cpu);
-    linear(x, gate_up, nullptr, g);
+    matmul(x, gate_up, nullptr, g);
     silu_mul(g, out);
   }
   void set_decode_tuning(const DecodeTuning& tuning) override { tuning_ = tuning; }
@@ -234,6 +255,10 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  static attention::AttentionDims dims(const TensorView& q, int num_kv_heads, DType kv_dtype) {
+    return {static_cast<int>(q.size(1)), num_kv_heads, static_cast<int>(q.size(2)), kv_dtype};
+  }
+
   // The rows of `in` normalized into normed_ ([num_rows, hidden]); writes
   // in.residual_out. Row by row through the references add_rms_norm / rms_norm use.
   TensorView normalize(const NormedRows& in) {

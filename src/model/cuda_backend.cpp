@@ -1,31 +1,24 @@
-// The CUDA backend: cuBLASLt GEMMs with fp32 accumulation, the fused kernels
-// of src/kernels (RMSNorm + residual, RoPE + KV append, SiLU*mul, row
-// gathers), a GEMV kernel for decode-sized GEMMs, attention from
-// src/kernels/attention (planned once per step, reused by every layer) or the
-// simple exact kernel, and CUDA graphs of whole decode steps keyed by their
-// launch shape. One stream; nothing on the step path allocates except a rare
-// growth of the attention plan's buffers (which drops the recorded graphs).
+// The CUDA backend: the tensor ops (cuBLASLt GEMMs with fp32 accumulation,
+// the fused kernels of src/kernels: RMSNorm + residual, RoPE + KV append,
+// SiLU*mul, row gathers; a GEMV kernel and decode fusions for decode-sized
+// GEMMs), the step's metadata upload and the sampler, composed with the
+// attention runner (cuda_attention_runner.h), the step-graph cache
+// (cuda_graph_cache.h) and the op timer (cuda_step_timer.h). One stream;
+// nothing on the step path allocates except a rare growth of a StepPlan's
+// buffers (which drops the recorded graphs).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <map>
-#include <optional>
-#include <set>
 #include <vector>
 
 #include "common/cuda_check.h"
 #include "common/log.h"
 #include "cuda/device_buffer.h"
 #include "cuda/device_info.h"
-#include "cuda/event.h"
-#include "cuda/graph.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/stream.h"
 #include "kernels/activation/silu_mul.h"
-#include "kernels/attention/attention.h"
-#include "kernels/attention/pod.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/cublaslt.h"
 #include "kernels/gemm/gemv.h"
@@ -33,7 +26,9 @@
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling_gpu.h"
 #include "model/backend.h"
-#include "model/simple_attention.h"
+#include "model/cuda_attention_runner.h"
+#include "model/cuda_graph_cache.h"
+#include "model/cuda_step_timer.h"
 #include "model/step_metadata.h"
 
 namespace vpod::model {
@@ -54,7 +49,13 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(CudaBackendOptions options, cuda::GpuInfo gpu, cuda::Stream stream,
               std::unique_ptr<kernels::CublasLt> lt)
-      : options_(options), gpu_(std::move(gpu)), stream_(std::move(stream)), lt_(std::move(lt)) {}
+      : options_(options),
+        gpu_(std::move(gpu)),
+        stream_(std::move(stream)),
+        lt_(std::move(lt)),
+        attention_(options_, gpu_.sm_count, stream_.get()),
+        graphs_(stream_.get(), options_.max_step_graphs),
+        timer_(stream_.get()) {}
 
   ~CudaBackend() override {
     if (stream_) cudaStreamSynchronize(stream_.get());
@@ -164,108 +165,27 @@ class CudaBackend final : public Backend {
     VPOD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, cursor * sizeof(std::int32_t),
                                               cudaMemcpyHostToDevice, stream_.get()),
                               StatusCode::internal);
-    plan_valid_ = false;
-    plan_.reset();
-    pod_plan_.reset();
-    step_shape_ = {tokens, seqs, s.num_logit_rows};
     return {};
   }
 
   Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
-                        bool paged_kv) override {
-    plan_valid_ = false;
-    plan_.reset();
-    pod_plan_.reset();
-    if (!use_fast_attention(head_dim)) return {};
-    attention::AttentionDims dims{num_q_heads, num_kv_heads, head_dim, options_.dtype};
-    VPOD_RETURN_IF_ERROR(attention::validate_dims(dims));
-    if (options_.attention_mode == AttentionMode::pod) {
-      // POD: the fused prefill+decode kernel for hybrid batches; a prefill-
-      // or decode-only step runs the serial kernels (the same plan as serial).
-      if (!pod_device_) {
-        VPOD_ASSIGN_OR_RETURN(pod_device_, attention::query_pod_device(dims));
-        VPOD_ASSIGN_OR_RETURN(pod_counters_, attention::PodCounters::create(stream_.get()));
-      }
-      const bool hybrid = !step.batch->prefills.empty() && !step.batch->decodes.empty();
-      attention::PodOptions pod_options;
-      pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
-      pod_options.device = *pod_device_;
-      pod_options.decode_deep = !paged_kv;
-      VPOD_ASSIGN_OR_RETURN(pod_plan_, attention::PodPlan::create(*step.batch, dims, pod_options));
-    } else {
-      VPOD_ASSIGN_OR_RETURN(
-          plan_, attention::AttentionPlan::create(
-                     *step.batch, dims, {.num_sms = gpu_.sm_count, .decode_deep = !paged_kv}));
-    }
-    const attention::AttentionPlan& plan = this->plan();
-    if (plan.metadata_bytes() > attn_meta_.bytes() ||
-        plan.workspace_bytes() > attn_workspace_.bytes()) {
-      // Rare growth: the buffers only ever grow to the largest step seen.
-      // Recorded graphs point into the old buffers: drop them.
-      VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()), StatusCode::internal);
-      if (plan.metadata_bytes() > attn_meta_.bytes()) {
-        VPOD_ASSIGN_OR_RETURN(attn_meta_, cuda::DeviceBuffer::allocate(std::max<std::size_t>(
-                                              plan.metadata_bytes() * 2, 1 << 16)));
-      }
-      if (plan.workspace_bytes() > attn_workspace_.bytes()) {
-        VPOD_ASSIGN_OR_RETURN(attn_workspace_, cuda::DeviceBuffer::allocate(std::max<std::size_t>(
-                                                   plan.workspace_bytes() * 2, 1 << 16)));
-      }
-      graphs_.clear();
-      seen_shapes_.clear();
-    }
-    buffers_ = {attn_meta_.data(), attn_meta_.bytes(), attn_workspace_.data(),
-                attn_workspace_.bytes()};
-    VPOD_RETURN_IF_ERROR(plan.upload(buffers_, stream_.get()));
-    plan_valid_ = true;
+                        bool paged_kv, StepPlan& plan) override {
+    VPOD_ASSIGN_OR_RETURN(const bool moved, attention_.plan(step, num_q_heads, num_kv_heads,
+                                                            head_dim, paged_kv, plan));
+    // Recorded graphs point into the old buffers: drop them.
+    if (moved) graphs_.clear();
     return {};
   }
 
-  Result<StepGraph> try_step_graph(std::uint64_t caller_key) override {
-    if (timing_ || options_.max_step_graphs <= 0) return StepGraph::eager;
-    caller_key_ = caller_key;
-    const GraphShape shape = current_shape();
-    if (auto it = graphs_.find(shape); it != graphs_.end()) {
-      it->second.last_use = ++graph_clock_;
-      it->second.exec.launch(stream_.get());
-      ++graph_stats_.launched;
-      return StepGraph::launched;
-    }
-    // Record a shape the second time it is seen: the first, eager run loads
-    // every kernel and caches cuBLASLt's choices outside the capture.
-    if (seen_shapes_.count(shape) != 0) return StepGraph::capture;
-    if (seen_shapes_.size() >= kMaxSeenShapes) seen_shapes_.clear();
-    seen_shapes_.insert(shape);
-    return StepGraph::eager;
+  Result<StepGraph> try_step_graph(const StepTensors& step, const StepPlan& plan,
+                                   std::uint64_t caller_key) override {
+    if (timer_.enabled() || graphs_.max_graphs() <= 0) return StepGraph::eager;
+    return graphs_.lookup(make_step_graph_key(step, plan, caller_key));
   }
-
-  Status begin_step_capture() override {
-    VPOD_CHECK(!capture_.has_value());
-    VPOD_ASSIGN_OR_RETURN(cuda::GraphCapture capture, cuda::GraphCapture::begin(stream_.get()));
-    capture_.emplace(std::move(capture));
-    capture_shape_ = current_shape();
-    return {};
-  }
-
-  Status end_step_capture() override {
-    VPOD_CHECK(capture_.has_value());
-    Result<cuda::GraphExec> exec = capture_->finish();
-    capture_.reset();
-    VPOD_RETURN_IF_ERROR(exec.status());
-    if (static_cast<int>(graphs_.size()) >= options_.max_step_graphs) {
-      auto oldest = std::min_element(
-          graphs_.begin(), graphs_.end(),
-          [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-      graphs_.erase(oldest);
-    }
-    auto& entry = graphs_[capture_shape_];
-    entry.exec = std::move(exec).value();
-    entry.last_use = ++graph_clock_;
-    ++graph_stats_.captured;
-    entry.exec.launch(stream_.get());
-    ++graph_stats_.launched;
-    return {};
-  }
+  Status begin_step_capture() override { return graphs_.begin_capture(); }
+  Status end_step_capture() override { return graphs_.end_capture(); }
+  void cancel_step_capture() override { graphs_.cancel_capture(); }
+  StepGraphStats step_graph_stats() const override { return graphs_.stats(); }
 
   Status sample(const TensorView& logits, std::span<const kernels::SampleRequest> requests,
                 std::span<kernels::SampleResult> out) override {
@@ -281,60 +201,32 @@ class CudaBackend final : public Backend {
     return sampler_->sample(logits, requests, stream_.get(), out);
   }
 
-  StepGraphStats step_graph_stats() const override {
-    StepGraphStats s = graph_stats_;
-    s.cached = static_cast<int>(graphs_.size());
-    return s;
-  }
-
-  void set_op_timing(bool enabled) override {
-    timing_ = enabled;
-    if (enabled && events_.empty()) {
-      for (int i = 0; i < kMaxTimedOps * 2; ++i) {
-        auto e = cuda::Event::create(cuda::Event::Timing::enabled);
-        VPOD_CHECK(e.ok());
-        events_.push_back(std::move(e).value());
-      }
-    }
-    timed_.clear();
-  }
-
-  OpTimes take_op_times() override {
-    OpTimes t;
-    VPOD_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-    for (const auto& [category, index] : timed_) {
-      const double ms = cuda::Event::elapsed_ms(events_[2 * index], events_[2 * index + 1]);
-      (category == 0 ? t.gemm_ms : category == 1 ? t.attention_ms : t.other_ms) += ms;
-      ++t.num_ops;
-    }
-    timed_.clear();
-    return t;
-  }
+  void set_op_timing(bool enabled) override { timer_.set_enabled(enabled); }
+  OpTimes take_op_times() override { return timer_.take(); }
 
   void embedding(const TensorView& table, const StepTensors& step, const TensorView& out) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::gather_rows_gpu(table, step.token_ids, step.num_tokens, out, stream_.get());
   }
   void rms_norm(const TensorView& x, const TensorView& w, float eps,
                 const TensorView& out) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::rms_norm_gpu(x, w, eps, out, stream_.get());
   }
   void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& w,
                     float eps, const TensorView& out) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::add_rms_norm_gpu(residual, delta, w, eps, out, stream_.get());
   }
-  void linear(const TensorView& x, const TensorView& w, const TensorView* bias,
-              const TensorView& out) override {
-    Timed timed(*this, kGemm);
+  Status linear(const TensorView& x, const TensorView& w, const TensorView* bias,
+                const TensorView& out) override {
+    StepTimer::Scope timed(timer_, OpCategory::gemm);
     if (options_.gemv && x.size(0) <= options_.decode.gemv_max_rows &&
         kernels::gemv_supported(x, w, bias, out)) {
       kernels::gemv_gpu(x, w, bias, out, stream_.get(), launch_options());
-      return;
+      return {};
     }
-    const Status s = lt_->gemm(x, w, bias, out, stream_.get());
-    VPOD_CHECK_MSG(s.ok(), s.to_string());
+    return lt_->gemm(x, w, bias, out, stream_.get());
   }
   bool fused_decode(int num_tokens, int hidden_size) const override {
     return options_.decode.fuse && options_.gemv && options_.dtype != DType::f32 &&
@@ -346,12 +238,12 @@ class CudaBackend final : public Backend {
   }
   void norm_linear(const NormedRows& in, const TensorView& w, const TensorView* bias,
                    const TensorView& out) override {
-    Timed timed(*this, kGemm);
+    StepTimer::Scope timed(timer_, OpCategory::gemm);
     kernels::gemv_norm_gpu(gemv_input(in), w, bias, out, false, stream_.get(), launch_options());
   }
   void norm_linear_silu(const NormedRows& in, const TensorView& gate_up,
                         const TensorView& out) override {
-    Timed timed(*this, kGemm);
+    StepTimer::Scope timed(timer_, OpCategory::gemm);
     kernels::gemv_norm_gpu(gemv_input(in), gate_up, nullptr, out, true, stream_.get(),
                            launch_options());
   }
@@ -360,17 +252,16 @@ class CudaBackend final : public Backend {
     VPOD_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     options_.decode = tuning;
     graphs_.clear();
-    seen_shapes_.clear();
   }
   DecodeTuning decode_tuning() const override { return options_.decode; }
   void head_rms_norm(const TensorView& x, const TensorView& w, float eps) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::head_rms_norm_gpu(x, w, eps, stream_.get());
   }
   void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                      const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
-                      const kernels::KvBlockTable& blocks) override {
-    Timed timed(*this, kOther);
+                      const RopeTable& rope, const StepTensors& step, const KvCacheView& kv,
+                      int layer) override {
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::RopeKvAppendArgs args;
     args.q = q;
     args.k = k;
@@ -379,37 +270,32 @@ class CudaBackend final : public Backend {
     args.slots = step.token_slots;
     args.kv_index = step.token_kv_index;
     args.inv_freq = rope.inv_freq;
-    args.kv = kv;
-    args.blocks = blocks;
     args.launch = launch_options();
-    kernels::rope_kv_append_gpu(args, stream_.get());
+    if (kv.is_paged()) {
+      kernels::rope_kv_append_gpu(args, kv.paged[layer], stream_.get());
+    } else {
+      kernels::rope_kv_append_gpu(args, kv.contiguous[layer], stream_.get());
+    }
   }
 
-  bool supports_paged_kv(int head_dim) const override { return use_fast_attention(head_dim); }
+  bool supports_paged_kv(int head_dim) const override { return attention_.uses_kernels(head_dim); }
 
-  void attention(const TensorView& q, const KvLayerView& kv, const kernels::KvBlockTable& blocks,
-                 const StepTensors& step, float scale, const TensorView& out) override {
-    Timed timed(*this, kAttention);
-    if (q.dtype() != DType::f32 && use_fast_attention(static_cast<int>(q.size(2)))) {
-      const Status s = fast_attention(q, kv, blocks, step, scale, out);
-      VPOD_CHECK_MSG(s.ok(), s.to_string());
-      return;
-    }
-    VPOD_CHECK_MSG(!blocks.paged(), "paged KV needs the attention kernels (supports_paged_kv)");
-    simple_attention_gpu(q, kv, step.token_slots, step.token_kv_index, scale, out, stream_.get());
+  Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
+                   const StepPlan& plan, float scale, const TensorView& out) override {
+    StepTimer::Scope timed(timer_, OpCategory::attention);
+    return attention_.run(plan, q, kv, layer, step, scale, out);
   }
 
   void silu_mul(const TensorView& gate_up, const TensorView& out) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::silu_mul_gpu(gate_up, out, stream_.get());
   }
   void gather_rows(const TensorView& x, const StepTensors& step, const TensorView& out) override {
-    Timed timed(*this, kOther);
+    StepTimer::Scope timed(timer_, OpCategory::other);
     kernels::gather_rows_gpu(x, step.logit_rows, step.num_logit_rows, out, stream_.get());
   }
 
  private:
-  static constexpr int kGemm = 0, kAttention = 1, kOther = 2;
   kernels::LaunchOptions launch_options() const {
     return {.pdl = options_.decode.pdl, .pdl_early_trigger = options_.decode.pdl_early_trigger};
   }
@@ -424,121 +310,6 @@ class CudaBackend final : public Backend {
     g.num_rows = in.num_rows;
     return g;
   }
-  static constexpr int kMaxTimedOps = 4096;
-  // Records an event pair around one op while timing is on.
-  class Timed {
-   public:
-    Timed(CudaBackend& b, int category) : b_(b) {
-      if (!b_.timing_ || b_.timed_.size() >= kMaxTimedOps) return;
-      index_ = static_cast<int>(b_.timed_.size());
-      b_.timed_.emplace_back(category, index_);
-      b_.events_[2 * index_].record(b_.stream_.get());
-    }
-    ~Timed() {
-      if (index_ >= 0) b_.events_[2 * index_ + 1].record(b_.stream_.get());
-    }
-    Timed(const Timed&) = delete;
-    Timed& operator=(const Timed&) = delete;
-
-   private:
-    CudaBackend& b_;
-    int index_ = -1;
-  };
-
-  // Everything a recorded step's launches bake in (see Backend::try_step_graph).
-  using GraphShape = std::array<std::int64_t, 12>;
-  struct GraphEntry {
-    cuda::GraphExec exec;
-    std::uint64_t last_use = 0;
-  };
-  static constexpr std::size_t kMaxSeenShapes = 4096;
-
-  GraphShape current_shape() const {
-    GraphShape shape;
-    shape.fill(-1);
-    shape[0] = step_shape_[0];
-    shape[1] = step_shape_[1];
-    shape[2] = step_shape_[2];
-    shape[8] = static_cast<std::int64_t>(caller_key_);
-    if (plan_valid_) {
-      const attention::AttentionPlan& plan = this->plan();
-      shape[3] = static_cast<int>(plan.prefill_items().size());
-      shape[4] = static_cast<int>(plan.decode_items().size());
-      shape[5] = static_cast<int>(plan.prefill_combines().size());
-      shape[6] = static_cast<int>(plan.decode_combines().size());
-      shape[7] = plan.partial_rows();
-    }
-    if (pod_plan_) {
-      // The fused launch's configuration (grid, kinds, decode tiles per CTA).
-      const attention::PodConfig& pc = pod_plan_->config();
-      shape[9] = static_cast<int>(pc.mode);
-      shape[10] =
-          static_cast<std::int64_t>(pc.grid) << 32 | static_cast<std::uint32_t>(pc.prefill_ctas);
-      shape[11] = static_cast<std::int64_t>(pc.virtual_decode) << 32 |
-                  static_cast<std::uint32_t>(static_cast<int>(pc.ratio));
-    }
-    return shape;
-  }
-
-  bool use_fast_attention(int head_dim) const {
-    if (options_.attention != AttentionImpl::kernels || options_.dtype == DType::f32) return false;
-    return head_dim == 64 || head_dim == 128;
-  }
-
-  // Runs the step's plan (plan_attention, once per step) for one layer.
-  Status fast_attention(const TensorView& q, const KvLayerView& kv,
-                        const kernels::KvBlockTable& blocks, const StepTensors& step, float scale,
-                        const TensorView& out) {
-    if (!plan_valid_) {
-      // A caller that skipped plan_attention (direct backend use): plan now,
-      // which must not happen inside a graph capture.
-      VPOD_CHECK(!capture_.has_value());
-      VPOD_RETURN_IF_ERROR(plan_attention(step, static_cast<int>(q.size(1)), kv.num_kv_heads,
-                                          static_cast<int>(q.size(2)), blocks.paged()));
-    }
-    if (blocks.paged()) {
-      PagedKvView paged;
-      paged.k = kv.k;
-      paged.v = kv.v;
-      paged.dtype = kv.dtype;
-      paged.device = kv.device;
-      paged.num_blocks = blocks.num_blocks;
-      paged.block_size = blocks.block_size;
-      paged.num_kv_heads = kv.num_kv_heads;
-      paged.head_dim = kv.head_dim;
-      paged.block_stride = kv.slot_stride;
-      paged.token_stride = kv.token_stride;
-      paged.head_stride = kv.head_stride;
-      paged.block_table = blocks.table;
-      paged.num_slots = kv.num_slots;
-      paged.max_blocks_per_slot = blocks.stride;
-      if (pod_plan_) {
-        return attention::paged_hybrid_attention(*pod_plan_, buffers_, *pod_counters_, q, paged,
-                                                 out, scale, stream_.get());
-      }
-      if (plan_->num_prefill_tokens() > 0) {
-        VPOD_RETURN_IF_ERROR(
-            attention::paged_prefill(*plan_, buffers_, q, paged, out, scale, stream_.get()));
-      }
-      if (plan_->num_decode_tokens() > 0) {
-        VPOD_RETURN_IF_ERROR(
-            attention::paged_decode(*plan_, buffers_, q, paged, out, scale, stream_.get()));
-      }
-      return {};
-    }
-    if (pod_plan_) {
-      return attention::hybrid_attention(*pod_plan_, buffers_, *pod_counters_, q, kv, out, scale,
-                                         stream_.get());
-    }
-    if (plan_->num_prefill_tokens() > 0) {
-      VPOD_RETURN_IF_ERROR(attention::prefill(*plan_, buffers_, q, kv, out, scale, stream_.get()));
-    }
-    if (plan_->num_decode_tokens() > 0) {
-      VPOD_RETURN_IF_ERROR(attention::decode(*plan_, buffers_, q, kv, out, scale, stream_.get()));
-    }
-    return {};
-  }
-
   CudaBackendOptions options_;
   cuda::GpuInfo gpu_;
   cuda::Stream stream_;
@@ -547,31 +318,11 @@ class CudaBackend final : public Backend {
   int max_sequences_ = 0;
   cuda::PinnedBuffer host_meta_;  // per-step metadata, copied up asynchronously
   cuda::DeviceBuffer meta_;
-  // Attention plan of the current step.
-  std::optional<attention::AttentionPlan> plan_;  // serial
-  std::optional<attention::PodPlan> pod_plan_;    // pod (its attention() holds the work lists)
-  std::optional<attention::PodDevice> pod_device_;
-  std::optional<attention::PodCounters> pod_counters_;
-  bool plan_valid_ = false;
-  const attention::AttentionPlan& plan() const {
-    return pod_plan_ ? pod_plan_->attention() : *plan_;
-  }
-  cuda::DeviceBuffer attn_meta_, attn_workspace_;
-  attention::AttentionBuffers buffers_;
-  std::array<int, 3> step_shape_{};  // tokens, sequences, logit rows of the step
-  // Step graphs by launch shape, shapes seen once (recorded when seen again).
-  std::map<GraphShape, GraphEntry> graphs_;
-  std::set<GraphShape> seen_shapes_;
-  std::uint64_t graph_clock_ = 0;
-  std::uint64_t caller_key_ = 0;  // the model's buffers and KV views (try_step_graph)
-  StepGraphStats graph_stats_;
-  std::optional<cuda::GraphCapture> capture_;
-  GraphShape capture_shape_{};
+  AttentionRunner attention_;
+  StepGraphCache graphs_;
+  StepTimer timer_;
   std::unique_ptr<kernels::GpuSampler> sampler_;
   int sampler_rows_ = 0, sampler_vocab_ = 0;
-  bool timing_ = false;
-  std::vector<cuda::Event> events_;
-  std::vector<std::pair<int, int>> timed_;  // (category, event pair index)
 };
 
 }  // namespace

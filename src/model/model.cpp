@@ -1,3 +1,5 @@
+// The model: loading a checkpoint onto a backend (weights, activations) and
+// the layer-by-layer forward of one hybrid batch over the backend's ops.
 #include "model/model.h"
 
 #include <unistd.h>
@@ -260,47 +262,71 @@ Status Model::allocate_activations() {
   return {};
 }
 
-Result<TensorView> Model::forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
-                                  LogitsMode mode) {
-  return forward_impl(batch, kv, {}, mode);
+namespace {
+
+// The fields both view types share, checked against the model; `max_ctx`:
+// tokens addressable per slot.
+template <typename Kv>
+Status check_view(const Kv& v, DType dtype, Device device, const ModelConfig& c) {
+  if (v.dtype != dtype || v.device != device || v.num_kv_heads != c.num_kv_heads ||
+      v.head_dim != c.head_dim) {
+    return invalid_argument("KV view does not match the model (dtype " +
+                            std::string(dtype_name(v.dtype)) + ", kv heads " +
+                            std::to_string(v.num_kv_heads) + ", head_dim " +
+                            std::to_string(v.head_dim) + ")");
+  }
+  return {};
 }
 
-Result<TensorView> Model::forward(const HybridBatch& batch,
-                                  std::span<const PagedKvView> kv, LogitsMode mode) {
-  if (!backend_.supports_paged_kv(config_.head_dim)) {
-    return unimplemented(
-        "the paged KV cache needs the attention kernels (fp16/bf16, head_dim 64 "
-        "or 128) on " +
-        backend_.description());
+}  // namespace
+
+Status Model::validate_kv(const HybridBatch& batch, const KvCacheView& kv) const {
+  const ModelConfig& c = config_;
+  if (kv.num_layers() != c.num_layers) {
+    return invalid_argument("forward got " + std::to_string(kv.num_layers()) + " KV views for " +
+                            std::to_string(c.num_layers) + " layers");
   }
-  paged_views_.clear();
-  paged_blocks_.clear();
-  for (const PagedKvView& p : kv) {
-    if (p.block_table == nullptr || p.block_size < 1 || (p.block_size & (p.block_size - 1)) != 0 ||
-        p.max_blocks_per_slot < 1) {
-      return invalid_argument("paged KV view needs a block table and a power-of-two block size");
+  int num_slots = 0;
+  int max_ctx = 0;
+  if (kv.is_paged()) {
+    if (!backend_.supports_paged_kv(c.head_dim)) {
+      return unimplemented(
+          "the paged KV cache needs the attention kernels (fp16/bf16, head_dim 64 "
+          "or 128) on " +
+          backend_.description());
     }
-    KvLayerView v;
-    v.k = p.k;
-    v.v = p.v;
-    v.dtype = p.dtype;
-    v.device = p.device;
-    v.num_slots = p.num_slots;
-    v.max_ctx = p.max_blocks_per_slot * p.block_size;
-    v.num_kv_heads = p.num_kv_heads;
-    v.head_dim = p.head_dim;
-    v.slot_stride = p.block_stride;
-    v.token_stride = p.token_stride;
-    v.head_stride = p.head_stride;
-    paged_views_.push_back(v);
-    paged_blocks_.push_back({p.block_table, p.max_blocks_per_slot, p.block_size, p.num_blocks});
+    for (const PagedKvView& p : kv.paged) {
+      if (p.block_table == nullptr || p.block_size < 1 ||
+          (p.block_size & (p.block_size - 1)) != 0 || p.max_blocks_per_slot < 1) {
+        return invalid_argument("paged KV view needs a block table and a power-of-two block size");
+      }
+      VPOD_RETURN_IF_ERROR(check_view(p, kv_dtype(), backend_.device(), c));
+    }
+    num_slots = kv.paged[0].num_slots;
+    max_ctx = kv.paged[0].max_blocks_per_slot * kv.paged[0].block_size;
+  } else {
+    for (const KvLayerView& v : kv.contiguous) {
+      VPOD_RETURN_IF_ERROR(check_view(v, kv_dtype(), backend_.device(), c));
+    }
+    num_slots = kv.contiguous[0].num_slots;
+    max_ctx = kv.contiguous[0].max_ctx;
   }
-  return forward_impl(batch, paged_views_, paged_blocks_, mode);
+  auto check_seq = [&](const BatchSequence& s) -> Status {
+    if (s.slot >= num_slots || s.context_len() > max_ctx) {
+      return out_of_range("sequence in slot " + std::to_string(s.slot) + " with context " +
+                          std::to_string(s.context_len()) + " exceeds the KV cache (" +
+                          std::to_string(num_slots) + " slots, " + std::to_string(max_ctx) +
+                          " tokens)");
+    }
+    return {};
+  };
+  for (const auto& s : batch.prefills) VPOD_RETURN_IF_ERROR(check_seq(s));
+  for (const auto& s : batch.decodes) VPOD_RETURN_IF_ERROR(check_seq(s));
+  return {};
 }
 
-Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const KvLayerView> kv,
-                                       std::span<const kernels::KvBlockTable> blocks,
-                                       LogitsMode mode) {
+Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& kv, StepPlan& plan,
+                                  LogitsMode mode) {
   const ModelConfig& c = config_;
   VPOD_RETURN_IF_ERROR(build_step_arrays(batch, mode, c.vocab_size, &step_arrays_));
   const int num_tokens = batch.num_tokens();
@@ -315,60 +341,39 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
                         " logit rows, the model was set up for " +
                         std::to_string(options_.max_logit_rows));
   }
-  if (static_cast<int>(kv.size()) != c.num_layers) {
-    return invalid_argument("forward got " + std::to_string(kv.size()) + " KV views for " +
-                            std::to_string(c.num_layers) + " layers");
-  }
-  for (const KvLayerView& v : kv) {
-    if (v.dtype != kv_dtype() || v.device != backend_.device() ||
-        v.num_kv_heads != c.num_kv_heads || v.head_dim != c.head_dim) {
-      return invalid_argument("KV view does not match the model (dtype " +
-                              std::string(dtype_name(v.dtype)) + ", kv heads " +
-                              std::to_string(v.num_kv_heads) + ", head_dim " +
-                              std::to_string(v.head_dim) + ")");
-    }
-  }
-  auto check_seq = [&](const BatchSequence& s) -> Status {
-    if (s.slot >= kv[0].num_slots || s.context_len() > kv[0].max_ctx) {
-      return out_of_range("sequence in slot " + std::to_string(s.slot) + " with context " +
-                          std::to_string(s.context_len()) + " exceeds the KV cache (" +
-                          std::to_string(kv[0].num_slots) + " slots, " +
-                          std::to_string(kv[0].max_ctx) + " tokens)");
-    }
-    return {};
-  };
-  for (const auto& s : batch.prefills) VPOD_RETURN_IF_ERROR(check_seq(s));
-  for (const auto& s : batch.decodes) VPOD_RETURN_IF_ERROR(check_seq(s));
+  VPOD_RETURN_IF_ERROR(validate_kv(batch, kv));
 
   StepTensors step;
   VPOD_RETURN_IF_ERROR(backend_.prepare_step(step_arrays_, batch, &step));
+  // The previous step's plan is done with (prepare_step waited for the
+  // stream, so its upload has run).
+  plan.clear();
   const TensorView logits = logits_.slice(0, 0, num_rows);
 
   // Decode-only steps run as one CUDA graph per launch shape (backend.h).
   const bool graphable = step_graphs_ && batch.prefills.empty() &&
                          mode == LogitsMode::last_per_sequence &&
                          num_tokens <= options_.max_graph_batch_size;
-  // Planning the attention is host work (a hybrid step's planner takes
-  // ~0.25 ms serial, ~0.35-0.75 ms POD on a 2-core build machine) that the
-  // GPU would wait for. A step that runs eagerly through
-  // the unfused layer loop plans after enqueueing the embedding and the first
-  // layer's norm and QKV projection, which the GPU runs meanwhile; nothing
-  // has touched the KV cache yet if planning fails. A graph step plans first:
-  // the capture replays the uploaded plan.
+  // Planning the attention is host work that the GPU would wait for. A step
+  // that runs eagerly through the unfused layer loop plans after enqueueing
+  // the embedding and the first layer's norm and QKV projection, which the
+  // GPU runs meanwhile; nothing has touched the KV cache yet if planning
+  // fails. A graph step plans first: the capture replays the uploaded plan.
   const bool plan_late = !graphable && !backend_.fused_decode(num_tokens, c.hidden_size);
-  if (!plan_late) {
-    VPOD_RETURN_IF_ERROR(backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim,
-                                                 /*paged_kv=*/!blocks.empty()));
-  }
+  if (!plan_late) VPOD_RETURN_IF_ERROR(plan_attention(step, kv, plan));
   StepGraph graph = StepGraph::eager;
   if (graphable) {
-    VPOD_ASSIGN_OR_RETURN(graph, backend_.try_step_graph(graph_key(kv, blocks)));
+    VPOD_ASSIGN_OR_RETURN(graph, backend_.try_step_graph(step, plan, graph_key(kv)));
   }
   if (graph == StepGraph::launched) return logits;
   if (graph == StepGraph::capture) {
     VPOD_RETURN_IF_ERROR(backend_.begin_step_capture());
-    const Status ran = run_ops(step, kv, blocks, num_tokens, num_rows, /*plan_late=*/false);
-    VPOD_CHECK_MSG(ran.ok(), ran.to_string());  // only late planning can fail
+    const Status ran = run_ops(step, kv, plan, num_tokens, num_rows, /*plan_late=*/false);
+    if (!ran.ok()) {
+      // An op failed to enqueue: nothing ran.
+      backend_.cancel_step_capture();
+      return ran;
+    }
     const Status captured = backend_.end_step_capture();
     if (captured.ok()) return logits;
     // Nothing ran: log once, stop recording, run the step eagerly.
@@ -376,19 +381,24 @@ Result<TensorView> Model::forward_impl(const HybridBatch& batch, std::span<const
                   captured.to_string());
     step_graphs_ = false;
   }
-  VPOD_RETURN_IF_ERROR(run_ops(step, kv, blocks, num_tokens, num_rows, plan_late));
+  VPOD_RETURN_IF_ERROR(run_ops(step, kv, plan, num_tokens, num_rows, plan_late));
   return logits;
 }
 
-std::uint64_t Model::graph_key(std::span<const KvLayerView> kv,
-                               std::span<const kernels::KvBlockTable> blocks) const {
+Status Model::plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan) {
+  const ModelConfig& c = config_;
+  return backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim, kv.is_paged(),
+                                 plan);
+}
+
+std::uint64_t Model::graph_key(const KvCacheView& kv) const {
   // splitmix64-style combine of every address and stride the ops bake in.
   std::uint64_t h = reinterpret_cast<std::uintptr_t>(this);
   auto mix = [&h](std::uint64_t v) {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
   };
-  for (const KvLayerView& v : kv) {
+  for (const KvLayerView& v : kv.contiguous) {
     mix(reinterpret_cast<std::uintptr_t>(v.k));
     mix(reinterpret_cast<std::uintptr_t>(v.v));
     mix(static_cast<std::uint64_t>(v.slot_stride));
@@ -396,16 +406,22 @@ std::uint64_t Model::graph_key(std::span<const KvLayerView> kv,
     mix(static_cast<std::uint64_t>(v.head_stride));
     mix(static_cast<std::uint64_t>(v.num_slots) << 32 | static_cast<std::uint32_t>(v.max_ctx));
   }
-  for (const kernels::KvBlockTable& b : blocks) {
-    mix(reinterpret_cast<std::uintptr_t>(b.table));
-    mix(static_cast<std::uint64_t>(b.stride) << 32 | static_cast<std::uint32_t>(b.block_size));
+  for (const PagedKvView& p : kv.paged) {
+    mix(reinterpret_cast<std::uintptr_t>(p.k));
+    mix(reinterpret_cast<std::uintptr_t>(p.v));
+    mix(static_cast<std::uint64_t>(p.block_stride));
+    mix(static_cast<std::uint64_t>(p.token_stride));
+    mix(static_cast<std::uint64_t>(p.head_stride));
+    mix(static_cast<std::uint64_t>(p.num_slots) << 32 |
+        static_cast<std::uint32_t>(p.max_blocks_per_slot));
+    mix(reinterpret_cast<std::uintptr_t>(p.block_table));
+    mix(static_cast<std::uint64_t>(p.num_blocks) << 32 | static_cast<std::uint32_t>(p.block_size));
   }
   return h;
 }
 
-Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
-                      std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows,
-                      bool plan_late) {
+Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan,
+                      int num_tokens, int num_rows, bool plan_late) {
   const ModelConfig& c = config_;
   Backend& b = backend_;
   const std::int64_t t = num_tokens;
@@ -423,15 +439,14 @@ Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   // A layer's attention half, from its qkv projection to the o projection's
   // output in delta; both layer loops below share it.
-  auto attention_to_delta = [&](const LayerWeights& w, int l) {
+  auto attention_to_delta = [&](const LayerWeights& w, int l) -> Status {
     if (c.qk_norm) {
       b.head_rms_norm(q, w.q_norm, c.rms_norm_eps);
       b.head_rms_norm(k, w.k_norm, c.rms_norm_eps);
     }
-    const kernels::KvBlockTable table = blocks.empty() ? kernels::KvBlockTable{} : blocks[l];
-    b.rope_kv_append(q, k, v, rope_, step, kv[l], table);
-    b.attention(q, kv[l], table, step, scale, attn_out3);
-    b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+    b.rope_kv_append(q, k, v, rope_, step, kv, l);
+    VPOD_RETURN_IF_ERROR(b.attention(q, kv, l, step, plan, scale, attn_out3));
+    return b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
   };
 
   b.embedding(embed_, step, residual);
@@ -457,10 +472,10 @@ Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       const LayerWeights& w = layers_[l];
       b.norm_linear(normed(w.input_norm, l > 0), w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
       if (l > 0) std::swap(cur, spare);
-      attention_to_delta(w, l);
+      VPOD_RETURN_IF_ERROR(attention_to_delta(w, l));
       b.norm_linear_silu(normed(w.post_norm, true), w.gate_up, act);
       std::swap(cur, spare);
-      b.linear(act, w.down, nullptr, delta);
+      VPOD_RETURN_IF_ERROR(b.linear(act, w.down, nullptr, delta));
     }
     if (num_rows > 0 && b.decode_tuning().fuse_logits) {
       NormedRows last = normed(final_norm_, true);
@@ -472,7 +487,7 @@ Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
       b.add_rms_norm(cur, delta, final_norm_, c.rms_norm_eps, spare);
       const TensorView selected = selected_.slice(0, 0, num_rows);
       b.gather_rows(spare, step, selected);
-      b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+      VPOD_RETURN_IF_ERROR(b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows)));
     }
     return {};
   }
@@ -483,57 +498,18 @@ Status Model::run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
     } else {
       b.add_rms_norm(residual, delta, w.input_norm, c.rms_norm_eps, hidden);
     }
-    b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv);
-    if (l == 0 && plan_late) {
-      VPOD_RETURN_IF_ERROR(b.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim,
-                                            /*paged_kv=*/!blocks.empty()));
-    }
-    attention_to_delta(w, l);
+    VPOD_RETURN_IF_ERROR(b.linear(hidden, w.qkv, c.qkv_bias ? &w.qkv_bias : nullptr, qkv));
+    if (l == 0 && plan_late) VPOD_RETURN_IF_ERROR(plan_attention(step, kv, plan));
+    VPOD_RETURN_IF_ERROR(attention_to_delta(w, l));
     b.add_rms_norm(residual, delta, w.post_norm, c.rms_norm_eps, hidden);
-    b.linear(hidden, w.gate_up, nullptr, gate_up);
+    VPOD_RETURN_IF_ERROR(b.linear(hidden, w.gate_up, nullptr, gate_up));
     b.silu_mul(gate_up, act);
-    b.linear(act, w.down, nullptr, delta);
+    VPOD_RETURN_IF_ERROR(b.linear(act, w.down, nullptr, delta));
   }
   b.add_rms_norm(residual, delta, final_norm_, c.rms_norm_eps, hidden);
   const TensorView selected = selected_.slice(0, 0, num_rows);
   b.gather_rows(hidden, step, selected);
-  b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
-  return {};
-}
-
-Result<KvCacheBuffers> KvCacheBuffers::create(Backend& backend, const ModelConfig& config,
-                                              DType dtype, int num_slots, int max_ctx) {
-  if (num_slots < 1 || max_ctx < 1) return invalid_argument("KV cache needs slots and context");
-  KvCacheBuffers cache;
-  const std::int64_t token_elems = static_cast<std::int64_t>(config.num_kv_heads) * config.head_dim;
-  const std::size_t bytes =
-      static_cast<std::size_t>(num_slots) * max_ctx * token_elems * dtype_size(dtype);
-  for (int l = 0; l < config.num_layers; ++l) {
-    VPOD_ASSIGN_OR_RETURN(auto k, backend.allocate(bytes));
-    VPOD_ASSIGN_OR_RETURN(auto v, backend.allocate(bytes));
-    KvLayerView view;
-    view.k = k->data();
-    view.v = v->data();
-    view.dtype = dtype;
-    view.device = backend.device();
-    view.num_slots = num_slots;
-    view.max_ctx = max_ctx;
-    view.num_kv_heads = config.num_kv_heads;
-    view.head_dim = config.head_dim;
-    view.head_stride = config.head_dim;
-    view.token_stride = token_elems;
-    view.slot_stride = token_elems * max_ctx;
-    cache.views_.push_back(view);
-    cache.buffers_.push_back(std::move(k));
-    cache.buffers_.push_back(std::move(v));
-  }
-  return cache;
-}
-
-std::size_t KvCacheBuffers::bytes() const {
-  std::size_t n = 0;
-  for (const auto& b : buffers_) n += b->bytes();
-  return n;
+  return b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
 }
 
 }  // namespace vpod::model

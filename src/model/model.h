@@ -3,12 +3,14 @@
 //
 //   auto backend = model::make_cpu_backend();            // or make_cuda_backend()
 //   auto model = model::Model::load(dir, *backend, {.max_num_tokens = 2048});
-//   KvCacheBuffers kv = ...;                              // or the engine's cache
-//   auto logits = model->forward(batch, kv.views());      // [num_sequences, vocab] fp32
+//   KvCacheView kv = store.view();                        // every layer of a KV cache
+//   StepPlan plan;                                        // reused step after step
+//   auto logits = model->forward(batch, kv, plan);        // [num_sequences, vocab] fp32
 //
 // The forward is written once against Backend (backend.h). The model owns its
 // weights and activation buffers (sized at load for max_num_tokens), never
-// the KV cache: the caller passes one KvLayerView per layer.
+// the KV cache (the caller's KvCacheView, contiguous or paged) nor the
+// attention plan (the caller's StepPlan).
 #pragma once
 
 #include <filesystem>
@@ -19,12 +21,11 @@
 #include "common/hybrid_batch.h"
 #include "common/kv_view.h"
 #include "common/status.h"
-#include "common/tensor_view.h"
-#include "common/kv_view.h"
 #include "model/backend.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/step_metadata.h"
+#include "model/step_plan.h"
 
 namespace vpod::model {
 
@@ -62,15 +63,13 @@ class Model {
   // One step. Returns fp32 logits [rows, vocab_size] in backend memory, valid
   // until the next forward: one row per sequence (prefills, then decodes) or,
   // with LogitsMode::all_tokens, one per token. K/V of the step's tokens are
-  // written to `kv` (one view per layer) before attention reads them.
-  Result<TensorView> forward(const HybridBatch& batch, std::span<const KvLayerView> kv,
-                             LogitsMode mode = LogitsMode::last_per_sequence);
-  // The same step over the paged baseline cache (src/kvcache/paged_kv_cache.h:
-  // one view per layer, a sequence's slot is its block-table row; on CUDA the
-  // tables must be synced to the device before the call). Needs
-  // backend().supports_paged_kv(head_dim).
-  Result<TensorView> forward(const HybridBatch& batch,
-                             std::span<const PagedKvView> kv,
+  // written to `kv` (every layer of one cache: contiguous, or the paged
+  // baseline whose block tables are already where the backend reads them,
+  // which needs backend().supports_paged_kv(head_dim)) before attention
+  // reads them. `plan` receives the step's attention plan (Backend::
+  // plan_attention); pass the same StepPlan every step so its buffers are
+  // reused. A failed op (a launch or the planner) is returned.
+  Result<TensorView> forward(const HybridBatch& batch, const KvCacheView& kv, StepPlan& plan,
                              LogitsMode mode = LogitsMode::last_per_sequence);
 
   // Turns step graphs on or off (benchmarks, tests: graph == eager). On by
@@ -91,19 +90,17 @@ class Model {
   Status load_weights(const Checkpoint& checkpoint);
   Status allocate_activations();
   Result<TensorView> alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape);
-  // Both forwards: `blocks` empty for the contiguous cache, else one per layer.
-  Result<TensorView> forward_impl(const HybridBatch& batch, std::span<const KvLayerView> kv,
-                                  std::span<const kernels::KvBlockTable> blocks, LogitsMode mode);
+  // Checks the view against the model and the batch against the view.
+  Status validate_kv(const HybridBatch& batch, const KvCacheView& kv) const;
   // Enqueues the step's ops (embedding through logits) on the backend. With
   // `plan_late` (unfused layer loop only) it plans the step's attention after
-  // the first layer's QKV projection; that planning is the only failure.
-  Status run_ops(const StepTensors& step, std::span<const KvLayerView> kv,
-                 std::span<const kernels::KvBlockTable> blocks, int num_tokens, int num_rows,
-                 bool plan_late);
+  // the first layer's QKV projection.
+  Status run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan, int num_tokens,
+                 int num_rows, bool plan_late);
+  Status plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan);
   // Identifies the addresses a recorded step bakes in beyond the backend's
   // own buffers: this model's, and the KV views and block tables.
-  std::uint64_t graph_key(std::span<const KvLayerView> kv,
-                          std::span<const kernels::KvBlockTable> blocks) const;
+  std::uint64_t graph_key(const KvCacheView& kv) const;
 
   Backend& backend_;
   ModelConfig config_;
@@ -123,24 +120,6 @@ class Model {
   TensorView selected_, logits_;  // [max_logit_rows, hidden], [max_logit_rows, vocab] fp32
   StepArrays step_arrays_;
   bool step_graphs_ = true;
-  // The paged forward's views in the ops' form (reused every step).
-  std::vector<KvLayerView> paged_views_;
-  std::vector<kernels::KvBlockTable> paged_blocks_;
-};
-
-// A plain contiguous KV cache in backend memory, per-layer layout
-// [num_slots, max_ctx, kv_heads, head_dim]: for tests, `vpod generate` and
-// benchmarks (the engine uses the vAttention cache in src/kvcache).
-class KvCacheBuffers {
- public:
-  static Result<KvCacheBuffers> create(Backend& backend, const ModelConfig& config, DType dtype,
-                                       int num_slots, int max_ctx);
-  std::span<const KvLayerView> views() const { return views_; }
-  std::size_t bytes() const;
-
- private:
-  std::vector<std::unique_ptr<BackendBuffer>> buffers_;
-  std::vector<KvLayerView> views_;
 };
 
 }  // namespace vpod::model

@@ -68,6 +68,8 @@ struct EngineBackend::Stack {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<kvcache::KvCache> cache;             // --kv-cache vattn
   std::unique_ptr<kvcache::PagedKvCache> paged_cache;  // --kv-cache paged
+  std::vector<KvLayerView> kv_layers;                  // the cache's view, per layer
+  std::vector<PagedKvView> paged_kv_layers;
   std::unique_ptr<engine::KvStoreCapacity> capacity;
   std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<engine::AsyncExecutor> worker;  // --async-scheduling on
@@ -179,7 +181,11 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                                          .device = choice.device}));
     s->capacity = std::make_unique<engine::KvStoreCapacity>(
         *s->paged_cache, engine::paged_geometry(*s->paged_cache), /*last_reader=*/nullptr);
-    s->runner = std::make_unique<engine::ModelRunner>(*s->model, *s->paged_cache);
+    for (int l = 0; l < mc.num_layers; ++l) {
+      s->paged_kv_layers.push_back(s->paged_cache->layer_view(l));
+    }
+    s->runner = std::make_unique<engine::ModelRunner>(
+        *s->model, KvCacheView{.contiguous = {}, .paged = s->paged_kv_layers});
     cache_note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
                              s->paged_cache->capacity_tokens());
   } else {
@@ -203,9 +209,9 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                                    provider));
     s->capacity = std::make_unique<engine::KvStoreCapacity>(
         *s->cache, engine::vattn_geometry(*s->cache), /*last_reader=*/nullptr);
-    std::vector<KvLayerView> views;
-    for (int l = 0; l < mc.num_layers; ++l) views.push_back(s->cache->layer_view(l));
-    s->runner = std::make_unique<engine::ModelRunner>(*s->model, std::move(views));
+    for (int l = 0; l < mc.num_layers; ++l) s->kv_layers.push_back(s->cache->layer_view(l));
+    s->runner = std::make_unique<engine::ModelRunner>(
+        *s->model, KvCacheView{.contiguous = s->kv_layers, .paged = {}});
     cache_note = fmt::format("vattn {}, {} tokens", kvcache::kv_layout_name(layout),
                              s->cache->capacity_tokens());
   }

@@ -118,9 +118,9 @@ struct Stack {
     EXPECT_TRUE(created.ok()) << created.status().to_string();
     cache = std::move(created).value();
     capacity = std::make_unique<KvStoreCapacity>(*cache, vattn_geometry(*cache), nullptr);
-    std::vector<KvLayerView> views;
-    for (int l = 0; l < mc.num_layers; ++l) views.push_back(cache->layer_view(l));
-    runner = std::make_unique<ModelRunner>(*env.model, std::move(views));
+    for (int l = 0; l < mc.num_layers; ++l) kv_layers.push_back(cache->layer_view(l));
+    runner = std::make_unique<ModelRunner>(*env.model,
+                                           KvCacheView{.contiguous = kv_layers, .paged = {}});
     if (mode.worker) worker = std::make_unique<AsyncExecutor>(*runner);
     decoders = std::make_unique<TokenizerDecoderFactory>(*env.tok);
     EngineConfig config;
@@ -141,6 +141,7 @@ struct Stack {
   }
 
   std::unique_ptr<kvcache::KvCache> cache;
+  std::vector<KvLayerView> kv_layers;  // the cache's view, per layer (the runner's)
   std::unique_ptr<KvStoreCapacity> capacity;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<AsyncExecutor> worker;

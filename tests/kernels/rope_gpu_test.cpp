@@ -72,12 +72,12 @@ TEST(RopeKvAppendGpu, MatchesUnfusedReference) {
     a.slots = ints.as<std::int32_t>() + tokens;
     a.kv_index = ints.as<std::int32_t>() + 2 * tokens;
     a.inv_freq = dinv.as<float>();
-    a.kv = host_kv;
-    a.kv.k = static_cast<std::uint8_t*>(dk.data()) + kv_heads * d * es;
-    a.kv.v = static_cast<std::uint8_t*>(dv.data()) + kv_heads * d * es;
-    a.kv.dtype = dt;
-    a.kv.device = Device::cuda;
-    rope_kv_append_gpu(a, nullptr);
+    KvLayerView device_kv = host_kv;
+    device_kv.k = static_cast<std::uint8_t*>(dk.data()) + kv_heads * d * es;
+    device_kv.v = static_cast<std::uint8_t*>(dv.data()) + kv_heads * d * es;
+    device_kv.dtype = dt;
+    device_kv.device = Device::cuda;
+    rope_kv_append_gpu(a, device_kv, nullptr);
     // Angles up to 2.2e4 rad: fp32 rounding of pos * inv_freq dominates, so
     // compare with an fp16-like tolerance even in fp32.
     const DType tol = dt == DType::f32 ? DType::f16 : dt;

@@ -3,6 +3,7 @@
 // folder's kernels) on hybrid batches.
 #include <gtest/gtest.h>
 
+#include "kv_buffers.h"
 #include "model/golden_support.h"
 #include "paged_support.h"
 #include "support/gpu.h"
@@ -100,8 +101,9 @@ std::vector<float> run_scenario(Backend& backend, const std::filesystem::path& d
   }
   const HybridScenario s = make_scenario((*model)->config().vocab_size);
   std::vector<float> out;
+  StepPlan plan;
   for (const HybridBatch& b : s.steps) {
-    auto logits = (*model)->forward(b, kv->views());
+    auto logits = (*model)->forward(b, kv->view(), plan);
     if (!logits.ok()) {
       *error = logits.status().to_string();
       return {};
@@ -184,7 +186,8 @@ std::vector<std::vector<float>> decode_steps(Model& m, Backend& backend, bool gr
     offset += lens[slot];
   }
   m.set_step_graphs(graphs);
-  const auto prefilled = m.forward(prefill, kv->views());
+  StepPlan plan;
+  const auto prefilled = m.forward(prefill, kv->view(), plan);
   EXPECT_TRUE(prefilled.ok()) << prefilled.status().to_string();
   int context[] = {lens[0], lens[1], lens[2], lens[3]};
   std::vector<std::vector<float>> steps;
@@ -198,7 +201,7 @@ std::vector<std::vector<float>> decode_steps(Model& m, Backend& backend, bool gr
         d.positions.push_back(context[slot]);
         ++context[slot];
       }
-      auto logits = m.forward(d, kv->views());
+      auto logits = m.forward(d, kv->view(), plan);
       EXPECT_TRUE(logits.ok()) << logits.status().to_string();
       if (!logits.ok()) return steps;
       steps.push_back(testing::download(backend, *logits));
@@ -326,6 +329,7 @@ TEST(CudaBackend, SamplesOnTheGpuLikeTheCpu) {
   ASSERT_TRUE(model.ok());
   auto kv = KvCacheBuffers::create(**backend, (*model)->config(), (*model)->kv_dtype(), 4, 64);
   ASSERT_TRUE(kv.ok());
+  StepPlan plan;
   HybridBatch b;
   for (int s = 0; s < 4; ++s) {
     b.prefills.push_back({.slot = s, .cached_len = 0, .num_new = 5, .token_offset = 5 * s});
@@ -334,7 +338,7 @@ TEST(CudaBackend, SamplesOnTheGpuLikeTheCpu) {
       b.positions.push_back(i);
     }
   }
-  auto logits = (*model)->forward(b, kv->views());
+  auto logits = (*model)->forward(b, kv->view(), plan);
   ASSERT_TRUE(logits.ok());
   const std::vector<float> host = testing::download(**backend, *logits);
   const int vocab = (*model)->config().vocab_size;
@@ -385,11 +389,12 @@ TEST(CudaBackend, PagedKvMatchesContiguousCache) {
       });
   int bitwise = 0, steps = 0;
   float worst = 0.0f;
+  StepPlan plan, paged_plan;
   for (const HybridBatch& b : testing::paged_scenario(m.config().vocab_size)) {
-    auto want = m.forward(b, contiguous->views());
+    auto want = m.forward(b, contiguous->view(), plan);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const std::vector<float> want_host = testing::download(**backend, *want);
-    auto got = m.forward(b, std::span<const PagedKvView>(paged.views));
+    auto got = m.forward(b, KvCacheView{.contiguous = {}, .paged = paged.views}, paged_plan);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     const std::vector<float> got_host = testing::download(**backend, *got);
     ASSERT_EQ(got_host.size(), want_host.size());

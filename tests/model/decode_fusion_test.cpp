@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kv_buffers.h"
 #include "model/model.h"
 #include "temp_model_dir.h"
 
@@ -23,6 +24,7 @@ namespace {
 std::vector<std::vector<float>> small_steps(Model& m, Backend& backend) {
   auto kv = KvCacheBuffers::create(backend, m.config(), m.kv_dtype(), 5, 64);
   EXPECT_TRUE(kv.ok());
+  StepPlan plan;
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> tok(0, m.config().vocab_size - 1);
   const int lens[] = {9, 3, 17, 5};
@@ -37,7 +39,7 @@ std::vector<std::vector<float>> small_steps(Model& m, Backend& backend) {
     }
     offset += lens[slot];
   }
-  EXPECT_TRUE(m.forward(prefill, kv->views()).ok());
+  EXPECT_TRUE(m.forward(prefill, kv->view(), plan).ok());
   int context[] = {lens[0], lens[1], lens[2], lens[3]};
   std::vector<std::vector<float>> out;
   auto keep = [&](const Result<TensorView>& logits) {
@@ -56,7 +58,7 @@ std::vector<std::vector<float>> small_steps(Model& m, Backend& backend) {
         d.positions.push_back(context[slot]);
         ++context[slot];
       }
-      keep(m.forward(d, kv->views()));
+      keep(m.forward(d, kv->view(), plan));
     }
   }
   HybridBatch chunk;
@@ -65,7 +67,7 @@ std::vector<std::vector<float>> small_steps(Model& m, Backend& backend) {
     chunk.token_ids.push_back(tok(rng));
     chunk.positions.push_back(i);
   }
-  keep(m.forward(chunk, kv->views(), LogitsMode::all_tokens));
+  keep(m.forward(chunk, kv->view(), plan, LogitsMode::all_tokens));
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kv_buffers.h"
 #include "model/make_model.h"
 #include "model/model.h"
 
@@ -106,6 +107,7 @@ inline void run_golden_case(const json& c, Backend& backend, float tolerance) {
   ASSERT_EQ(vocab, c["vocab_size"].get<int>());
   auto kv = KvCacheBuffers::create(backend, (*model)->config(), backend.compute_dtype(), 3, 32);
   ASSERT_TRUE(kv.ok());
+  StepPlan plan;
 
   // 1. One-shot prefill, logits of every position.
   {
@@ -113,7 +115,7 @@ inline void run_golden_case(const json& c, Backend& backend, float tolerance) {
     batch.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = n, .token_offset = 0});
     batch.token_ids.assign(ids.begin(), ids.end());
     for (int i = 0; i < n; ++i) batch.positions.push_back(i);
-    auto logits = (*model)->forward(batch, kv->views(), LogitsMode::all_tokens);
+    auto logits = (*model)->forward(batch, kv->view(), plan, LogitsMode::all_tokens);
     ASSERT_TRUE(logits.ok()) << logits.status().to_string();
     const std::vector<float> all = download(backend, *logits);
     for (int t = 0; t < n; ++t) {
@@ -134,7 +136,7 @@ inline void run_golden_case(const json& c, Backend& backend, float tolerance) {
       b1.token_ids.push_back(ids[i]);
       b1.positions.push_back(i);
     }
-    auto l1 = (*model)->forward(b1, kv->views());
+    auto l1 = (*model)->forward(b1, kv->view(), plan);
     ASSERT_TRUE(l1.ok()) << l1.status().to_string();
     expect_position(download(backend, *l1).data(), c["positions"][chunk1 - 1], "chunk 1",
                     tolerance);
@@ -151,7 +153,7 @@ inline void run_golden_case(const json& c, Backend& backend, float tolerance) {
     b2.decodes.push_back({.slot = 0, .cached_len = n - 1, .num_new = 1, .token_offset = chunk2});
     b2.token_ids.push_back(ids[n - 1]);
     b2.positions.push_back(n - 1);
-    auto l2 = (*model)->forward(b2, kv->views());
+    auto l2 = (*model)->forward(b2, kv->view(), plan);
     ASSERT_TRUE(l2.ok()) << l2.status().to_string();
     const std::vector<float> rows_v = download(backend, *l2);
     const float* rows = rows_v.data();
@@ -163,7 +165,7 @@ inline void run_golden_case(const json& c, Backend& backend, float tolerance) {
       d.decodes.push_back({.slot = 2, .cached_len = i, .num_new = 1, .token_offset = 0});
       d.token_ids.push_back(ids[i]);
       d.positions.push_back(i);
-      auto l = (*model)->forward(d, kv->views());
+      auto l = (*model)->forward(d, kv->view(), plan);
       ASSERT_TRUE(l.ok()) << l.status().to_string();
       expect_position(download(backend, *l).data(), c["positions"][i],
                       "decode at position " + std::to_string(i), tolerance);

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "kv_buffers.h"
 #include "model/model.h"
 #include "paged_support.h"
 #include "temp_model_dir.h"
@@ -25,12 +26,13 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
       *backend, m.config(), 4, 128, 16,
       [](void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); });
   int step_index = 0;
+  StepPlan plan, paged_plan;
   for (const HybridBatch& b : testing::paged_scenario(m.config().vocab_size)) {
-    auto want = m.forward(b, contiguous->views());
+    auto want = m.forward(b, contiguous->view(), plan);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     const std::vector<float> want_host(static_cast<const float*>(want->data()),
                                        static_cast<const float*>(want->data()) + want->numel());
-    auto got = m.forward(b, std::span<const PagedKvView>(paged.views));
+    auto got = m.forward(b, KvCacheView{.contiguous = {}, .paged = paged.views}, paged_plan);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     ASSERT_EQ(got->numel(), static_cast<std::int64_t>(want_host.size()));
     EXPECT_EQ(std::memcmp(got->data(), want_host.data(), want_host.size() * sizeof(float)), 0)
@@ -62,7 +64,8 @@ TEST(PagedKv, CpuForwardMatchesContiguousCache) {
   std::vector<PagedKvView> short_views = paged.views;
   for (auto& v : short_views) v.max_blocks_per_slot = 2;  // 32 tokens per slot
   const auto steps = testing::paged_scenario(m.config().vocab_size);
-  EXPECT_FALSE(m.forward(steps[0], std::span<const PagedKvView>(short_views)).ok());
+  EXPECT_FALSE(
+      m.forward(steps[0], KvCacheView{.contiguous = {}, .paged = short_views}, paged_plan).ok());
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kv_buffers.h"
 #include "model/model.h"
 #include "temp_model_dir.h"
 
@@ -26,6 +27,7 @@ class RecordingBackend final : public Backend {
 
   std::vector<std::string> ops;
   bool fail_plan = false;
+  bool fail_attention = false;  // attention returns an error, as a failed launch would
 
   void set_op_timing(bool enabled) override { inner_->set_op_timing(enabled); }
   OpTimes take_op_times() override { return inner_->take_op_times(); }
@@ -52,13 +54,14 @@ class RecordingBackend final : public Backend {
     return inner_->prepare_step(arrays, batch, out);
   }
   Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
-                        bool paged_kv) override {
+                        bool paged_kv, StepPlan& plan) override {
     ops.push_back("plan_attention");
     if (fail_plan) return resource_exhausted("planning failed on purpose (test)");
-    return inner_->plan_attention(step, num_q_heads, num_kv_heads, head_dim, paged_kv);
+    return inner_->plan_attention(step, num_q_heads, num_kv_heads, head_dim, paged_kv, plan);
   }
-  Result<StepGraph> try_step_graph(std::uint64_t caller_key) override {
-    return inner_->try_step_graph(caller_key);
+  Result<StepGraph> try_step_graph(const StepTensors& step, const StepPlan& plan,
+                                   std::uint64_t caller_key) override {
+    return inner_->try_step_graph(step, plan, caller_key);
   }
   void embedding(const TensorView& table, const StepTensors& step, const TensorView& out) override {
     ops.push_back("embedding");
@@ -74,25 +77,26 @@ class RecordingBackend final : public Backend {
     ops.push_back("add_rms_norm");
     inner_->add_rms_norm(residual, delta, weight, eps, out);
   }
-  void linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
-              const TensorView& out) override {
+  Status linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                const TensorView& out) override {
     ops.push_back("linear");
-    inner_->linear(x, weight, bias, out);
+    return inner_->linear(x, weight, bias, out);
   }
   void head_rms_norm(const TensorView& x, const TensorView& weight, float eps) override {
     ops.push_back("head_rms_norm");
     inner_->head_rms_norm(x, weight, eps);
   }
   void rope_kv_append(const TensorView& q, const TensorView& k, const TensorView& v,
-                      const RopeTable& rope, const StepTensors& step, const KvLayerView& kv,
-                      const kernels::KvBlockTable& blocks) override {
+                      const RopeTable& rope, const StepTensors& step, const KvCacheView& kv,
+                      int layer) override {
     ops.push_back("rope_kv_append");
-    inner_->rope_kv_append(q, k, v, rope, step, kv, blocks);
+    inner_->rope_kv_append(q, k, v, rope, step, kv, layer);
   }
-  void attention(const TensorView& q, const KvLayerView& kv, const kernels::KvBlockTable& blocks,
-                 const StepTensors& step, float scale, const TensorView& out) override {
+  Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
+                   const StepPlan& plan, float scale, const TensorView& out) override {
     ops.push_back("attention");
-    inner_->attention(q, kv, blocks, step, scale, out);
+    if (fail_attention) return internal_error("attention launch failed on purpose (test)");
+    return inner_->attention(q, kv, layer, step, plan, scale, out);
   }
   bool supports_paged_kv(int head_dim) const override {
     return inner_->supports_paged_kv(head_dim);
@@ -186,10 +190,11 @@ class PlanOrder : public ::testing::Test {
   RecordingBackend* backend_ = nullptr;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCacheBuffers> kv_;
+  StepPlan plan_;  // the step's attention plan, reused step after step
 };
 
 TEST_F(PlanOrder, AnEagerStepPlansAfterLayerZerosQkvProjection) {
-  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->view(), plan_).ok());
   const auto& ops = backend_->ops;
   const std::size_t plan = first(ops, "plan_attention");
   ASSERT_LT(plan, ops.size());
@@ -202,32 +207,32 @@ TEST_F(PlanOrder, AnEagerStepPlansAfterLayerZerosQkvProjection) {
 }
 
 TEST_F(PlanOrder, GraphAndFusedDecodeStepsPlanFirst) {
-  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->view(), plan_).ok());
   // A decode-only step may run as a graph (the capture replays the plan).
   backend_->ops.clear();
-  ASSERT_TRUE(model_->forward(decode_batch(0, 5), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(decode_batch(0, 5), kv_->view(), plan_).ok());
   EXPECT_LT(first(backend_->ops, "plan_attention"), first(backend_->ops, "embedding"));
   // The fused decode ops: planned first too, with graphs off.
   model_->set_step_graphs(false);
   backend_->set_decode_tuning({.fuse = true});
   ASSERT_TRUE(backend_->fused_decode(1, model_->config().hidden_size));
   backend_->ops.clear();
-  ASSERT_TRUE(model_->forward(decode_batch(0, 6), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(decode_batch(0, 6), kv_->view(), plan_).ok());
   EXPECT_LT(first(backend_->ops, "plan_attention"), first(backend_->ops, "embedding"));
   EXPECT_LT(first(backend_->ops, "norm_linear"), backend_->ops.size());
   // Unfused and not graphable: planned late.
   backend_->set_decode_tuning({.fuse = false});
   backend_->ops.clear();
-  ASSERT_TRUE(model_->forward(decode_batch(0, 7), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(decode_batch(0, 7), kv_->view(), plan_).ok());
   EXPECT_LT(first(backend_->ops, "linear"), first(backend_->ops, "plan_attention"));
 }
 
 TEST_F(PlanOrder, APlanningFailureLeavesTheCacheUntouchedAndTheNextStepRuns) {
-  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->views()).ok());
+  ASSERT_TRUE(model_->forward(prefill_batch(0, 5), kv_->view(), plan_).ok());
   const std::vector<unsigned char> before = cache_bytes();
   backend_->fail_plan = true;
   backend_->ops.clear();
-  const auto failed = model_->forward(prefill_batch(1, 4), kv_->views());
+  const auto failed = model_->forward(prefill_batch(1, 4), kv_->view(), plan_);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), StatusCode::resource_exhausted);
   EXPECT_NE(failed.status().message().find("planning failed on purpose"), std::string::npos);
@@ -237,7 +242,7 @@ TEST_F(PlanOrder, APlanningFailureLeavesTheCacheUntouchedAndTheNextStepRuns) {
 
   // The same step once planning works again: the logits of a fresh model.
   backend_->fail_plan = false;
-  const auto again = model_->forward(prefill_batch(1, 4), kv_->views());
+  const auto again = model_->forward(prefill_batch(1, 4), kv_->view(), plan_);
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   const auto* p = static_cast<const float*>(again->data());
   const std::vector<float> got(p, p + again->numel());
@@ -248,10 +253,24 @@ TEST_F(PlanOrder, APlanningFailureLeavesTheCacheUntouchedAndTheNextStepRuns) {
   auto fresh_kv =
       KvCacheBuffers::create(*fresh_backend, (*fresh)->config(), (*fresh)->kv_dtype(), 2, 32);
   ASSERT_TRUE(fresh_kv.ok());
-  const auto want = (*fresh)->forward(prefill_batch(1, 4), fresh_kv->views());
+  StepPlan fresh_plan;
+  const auto want = (*fresh)->forward(prefill_batch(1, 4), fresh_kv->view(), fresh_plan);
   ASSERT_TRUE(want.ok());
   ASSERT_EQ(want->numel(), again->numel());
   EXPECT_EQ(std::memcmp(want->data(), again->data(), got.size() * sizeof(float)), 0);
+}
+
+// A backend op that fails (a launcher's Status) is returned by forward, not
+// an abort; the next step runs normally.
+TEST_F(PlanOrder, AFailedOpReturnsItsStatus) {
+  backend_->fail_attention = true;
+  const auto failed = model_->forward(prefill_batch(0, 5), kv_->view(), plan_);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::internal);
+  EXPECT_NE(failed.status().message().find("attention launch failed"), std::string::npos);
+  EXPECT_EQ(std::count(backend_->ops.begin(), backend_->ops.end(), "attention"), 1);
+  backend_->fail_attention = false;
+  EXPECT_TRUE(model_->forward(prefill_batch(0, 5), kv_->view(), plan_).ok());
 }
 
 }  // namespace

@@ -38,9 +38,22 @@ struct HostKv {
   }
 };
 
+// The reference runs any head count, head_dim and dtype (the CPU backend's
+// fp32 models too), not only what the kernels support (validate_dims).
+Status check_reference_dims(const AttentionDims& dims) {
+  if (dims.num_q_heads < 1 || dims.num_kv_heads < 1 || dims.num_q_heads % dims.num_kv_heads != 0 ||
+      dims.head_dim < 1) {
+    return invalid_argument(
+        fmt::format("reference attention dims: {} query heads, {} KV heads, "
+                    "head_dim {}",
+                    dims.num_q_heads, dims.num_kv_heads, dims.head_dim));
+  }
+  return Status();
+}
+
 Status check_cpu_kv(Device device, DType dtype, int heads, int head_dim, const AttentionDims& dims,
                     const HybridBatch& batch, int num_slots, std::int64_t max_ctx) {
-  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  VPOD_RETURN_IF_ERROR(check_reference_dims(dims));
   if (device != Device::cpu) return invalid_argument("reference K/V must be on the cpu");
   if (dtype != dims.dtype || heads != dims.num_kv_heads || head_dim != dims.head_dim) {
     return invalid_argument("reference K/V dtype or shape differs from the attention dims");
@@ -119,14 +132,21 @@ void attend_rows(const BatchSequence& s, int kv_head, int row_begin, int row_end
         scores[t] = score;
         max_score = std::max(max_score, score);
       }
-      Acc sum = 0;
+      // The denominator sums in double (in naive: in Acc, as an unfused
+      // implementation would), so fp32 is exactly the CPU backend's attention.
+      double sum = 0;
+      Acc naive_sum = 0;
       for (int t = 0; t < keys; ++t) {
         scores[t] = std::exp(scores[t] - max_score);
-        sum += scores[t];
+        if (naive) {
+          naive_sum += scores[t];
+        } else {
+          sum += scores[t];
+        }
       }
       std::fill(acc.begin(), acc.end(), Acc(0));
       for (int t = 0; t < keys; ++t) {
-        Acc weight = scores[t] / sum;
+        Acc weight = naive ? scores[t] / naive_sum : static_cast<Acc>(scores[t] / sum);
         if (naive) weight = round_to(dims.dtype, static_cast<float>(weight));
         const float* vt = &v[static_cast<std::size_t>(t) * d];
         for (int c = 0; c < d; ++c) acc[c] += weight * static_cast<Acc>(vt[c]);
@@ -143,7 +163,7 @@ Status reference_attention_impl(const HybridBatch& batch, const AttentionDims& d
                                 const TensorView& q, const HostKv& kv, const TensorView& out,
                                 float softmax_scale, ReferencePrecision precision,
                                 ReferencePart part, const std::vector<int>& tokens) {
-  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  VPOD_RETURN_IF_ERROR(check_reference_dims(dims));
   const int num_tokens = batch.num_tokens();
   VPOD_RETURN_IF_ERROR(check_token_view("q", q, num_tokens, dims.num_q_heads, dims.head_dim));
   VPOD_RETURN_IF_ERROR(check_token_view("out", out, num_tokens, dims.num_q_heads, dims.head_dim));

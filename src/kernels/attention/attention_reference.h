@@ -1,6 +1,7 @@
 // CPU references of the attention kernels: what the GPU kernels must compute,
 // written plainly. Used by the tests and by `vpod bench attention` to validate
-// before timing; also the attention of the CPU backend.
+// before timing; with ReferencePrecision::fp32, also the attention of the CPU
+// backend (any head_dim and dtype, not only the kernels').
 #pragma once
 
 #include <vector>
@@ -15,7 +16,9 @@ namespace vpod::attention {
 
 enum class ReferencePrecision {
   fp64,  // products, softmax and sums in double (the tests' ground truth)
-  fp32,  // the same in float
+  // The same in float, the softmax denominator summed in double: the CPU
+  // backend's attention (src/model/cpu_backend.cpp; its goldens pin the bits).
+  fp32,
   // What an unfused implementation in the input precision computes: scores
   // and probabilities rounded to the input dtype between steps (matmuls
   // accumulate in fp32, as cuBLAS does). Tests allow the kernels at most twice

@@ -25,7 +25,9 @@ struct RopeKernelParams {
   void* cache_k;
   void* cache_v;
   std::int64_t slot_stride, token_stride, head_stride;
-  const std::int32_t* block_table;  // paged: [slots, table_stride]; null: contiguous
+  // Contiguous: slot_stride is the KvLayerView's. Paged: slot_stride is the
+  // PagedKvView's block_stride, block_table [slots, table_stride] its table.
+  const std::int32_t* block_table;  // null: contiguous
   int table_stride, block_shift;
   int q_heads, kv_heads, head_dim;
   bool early_trigger;
@@ -161,22 +163,26 @@ bool vectorizable(const RopeKernelParams& p, DType dtype) {
 
 }  // namespace
 
-void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
+namespace {
+
+// The step's fields of the kernel's parameters; the cache's are the caller's.
+// `kv` is a KvLayerView or a PagedKvView (dtype, device, heads, head_dim).
+template <typename Kv>
+bool fill_step_params(const RopeKvAppendArgs& a, const Kv& kv, RopeKernelParams* out) {
   const TensorView& q = a.q;
   const TensorView& k = a.k;
   const TensorView& v = a.v;
   VPOD_CHECK_MSG(q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && q.size(0) == k.size(0) &&
-                     v.size(0) == k.size(0) && q.size(2) == a.kv.head_dim &&
-                     k.size(2) == a.kv.head_dim && k.size(1) == a.kv.num_kv_heads &&
-                     v.size(1) == a.kv.num_kv_heads && q.stride(1) == q.size(2) &&
+                     v.size(0) == k.size(0) && q.size(2) == kv.head_dim &&
+                     k.size(2) == kv.head_dim && k.size(1) == kv.num_kv_heads &&
+                     v.size(1) == kv.num_kv_heads && q.stride(1) == q.size(2) &&
                      k.stride(1) == k.size(2) && v.stride(1) == v.size(2) && q.stride(2) == 1,
                  "rope_kv_append_gpu shapes: q " + q.to_string() + ", k " + k.to_string());
-  VPOD_CHECK_MSG(q.dtype() == a.kv.dtype && k.dtype() == a.kv.dtype && v.dtype() == a.kv.dtype &&
-                     a.kv.device == Device::cuda,
+  VPOD_CHECK_MSG(q.dtype() == kv.dtype && k.dtype() == kv.dtype && v.dtype() == kv.dtype &&
+                     kv.device == Device::cuda,
                  "rope_kv_append_gpu: q/k/v and the cache must share one dtype on the GPU");
-  const int tokens = static_cast<int>(q.size(0));
-  if (tokens == 0) return;
-  RopeKernelParams p{};
+  if (q.size(0) == 0) return false;
+  RopeKernelParams& p = *out;
   p.q = q.data();
   p.k = k.data();
   p.v = v.data();
@@ -187,37 +193,58 @@ void rope_kv_append_gpu(const RopeKvAppendArgs& a, cudaStream_t stream) {
   p.slots = a.slots;
   p.kv_index = a.kv_index;
   p.inv_freq = a.inv_freq;
-  p.cache_k = a.kv.k;
-  p.cache_v = a.kv.v;
-  p.slot_stride = a.kv.slot_stride;
-  p.token_stride = a.kv.token_stride;
-  p.head_stride = a.kv.head_stride;
-  if (a.blocks.paged()) {
-    VPOD_CHECK_MSG(
-        a.blocks.block_size > 0 && (a.blocks.block_size & (a.blocks.block_size - 1)) == 0,
-        "rope_kv_append_gpu: block_size must be a power of two");
-    p.block_table = a.blocks.table;
-    p.table_stride = a.blocks.stride;
-    p.block_shift = __builtin_ctz(static_cast<unsigned>(a.blocks.block_size));
-  }
+  p.cache_k = kv.k;
+  p.cache_v = kv.v;
   p.q_heads = static_cast<int>(q.size(1));
-  p.kv_heads = a.kv.num_kv_heads;
-  p.head_dim = a.kv.head_dim;
+  p.kv_heads = kv.num_kv_heads;
+  p.head_dim = kv.head_dim;
   p.early_trigger = a.launch.pdl_early_trigger;
-  if (vectorizable(p, q.dtype())) {
+  return true;
+}
+
+void launch(const RopeKvAppendArgs& a, const RopeKernelParams& p, cudaStream_t stream) {
+  const int tokens = static_cast<int>(a.q.size(0));
+  if (vectorizable(p, a.q.dtype())) {
     constexpr int kThreads = 128;
-    VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+    VPOD_DISPATCH_DTYPE(a.q.dtype(), T, {
       VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_vec_kernel<T>, dim3(tokens), dim3(kThreads), 0,
                                     stream, a.launch.pdl, p));
     });
   } else {
     constexpr int kThreads = 256;
-    VPOD_DISPATCH_DTYPE(q.dtype(), T, {
+    VPOD_DISPATCH_DTYPE(a.q.dtype(), T, {
       VPOD_CUDA_CHECK(launch_kernel(&rope_kv_append_kernel<T>, dim3(tokens), dim3(kThreads), 0,
                                     stream, a.launch.pdl, p));
     });
   }
   VPOD_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rope_kv_append_gpu(const RopeKvAppendArgs& a, const KvLayerView& kv, cudaStream_t stream) {
+  RopeKernelParams p{};
+  if (!fill_step_params(a, kv, &p)) return;
+  p.slot_stride = kv.slot_stride;
+  p.token_stride = kv.token_stride;
+  p.head_stride = kv.head_stride;
+  launch(a, p, stream);
+}
+
+void rope_kv_append_gpu(const RopeKvAppendArgs& a, const PagedKvView& kv, cudaStream_t stream) {
+  RopeKernelParams p{};
+  if (!fill_step_params(a, kv, &p)) return;
+  VPOD_CHECK_MSG(
+      kv.block_table != nullptr && kv.block_size > 0 && (kv.block_size & (kv.block_size - 1)) == 0,
+      "rope_kv_append_gpu: a paged cache needs a block table and a power-of-two "
+      "block_size");
+  p.slot_stride = kv.block_stride;
+  p.token_stride = kv.token_stride;
+  p.head_stride = kv.head_stride;
+  p.block_table = kv.block_table;
+  p.table_stride = kv.max_blocks_per_slot;
+  p.block_shift = __builtin_ctz(static_cast<unsigned>(kv.block_size));
+  launch(a, p, stream);
 }
 
 }  // namespace vpod::kernels

@@ -32,55 +32,37 @@ struct RopeParams {
 // (transformers' _compute_llama3_parameters). Angles are pos * inv_freq in fp32.
 std::vector<float> rope_inv_freq(const RopeParams& params, int head_dim);
 
-// Paged addressing of a KvLayerView (the PagedAttention baseline): when
-// `table` is set, the view's k/v are block pools, its slot_stride is the
-// block stride, and token t of slot s lives in block
-// table[s * stride + t / block_size] at row t % block_size. The view's
-// num_slots counts table rows and max_ctx = stride * block_size.
-struct KvBlockTable {
-  const std::int32_t* table = nullptr;  // [num_slots, stride], the cache's device (or host)
-  int stride = 0;                       // max blocks per slot
-  int block_size = 0;                   // tokens per block, a power of two
-  int num_blocks = 0;                   // blocks in each pool
-  bool paged() const { return table != nullptr; }
-};
-
-// Element offset of (slot, token, head 0, d 0) in `kv` (host-readable table).
-inline std::int64_t kv_row_offset(const KvLayerView& kv, const KvBlockTable& blocks, int slot,
-                                  int token) {
-  if (!blocks.paged()) {
-    return slot * kv.slot_stride + static_cast<std::int64_t>(token) * kv.token_stride;
-  }
-  const std::int64_t block =
-      blocks.table[static_cast<std::int64_t>(slot) * blocks.stride + token / blocks.block_size];
-  return block * kv.slot_stride +
-         static_cast<std::int64_t>(token % blocks.block_size) * kv.token_stride;
-}
-
 // ---- CPU references ----
 // x [rows, heads, head_dim] at row stride `row_stride` rotated in place.
 void rope_ref(float* x, std::int64_t row_stride, int rows, int heads, int head_dim,
               const std::int32_t* positions, const float* inv_freq);
-// Writes k, v [rows, kv_heads, head_dim] (row strides) into kv at
-// (slots[t], kv_index[t]); kv may be any dtype on the CPU.
+// Writes k, v [rows, kv_heads, head_dim] (row strides) into the cache at
+// (slots[t], kv_index[t]), rows with slots[t] < 0 skipped; the cache may be
+// any dtype on the CPU. Contiguous (vAttention) or paged (block table on the
+// host; the slot is the table row).
 void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
                    int rows, const std::int32_t* slots, const std::int32_t* kv_index,
-                   const KvLayerView& kv, const KvBlockTable& blocks = {});
+                   const KvLayerView& kv);
+void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
+                   int rows, const std::int32_t* slots, const std::int32_t* kv_index,
+                   const PagedKvView& kv);
 
 // ---- GPU launcher ----
 // q [T, q_heads, D], k/v [T, kv_heads, D] (row strides free; same dtype as
-// the cache): rotates q and k in place, then appends k and v to the cache.
-// positions, slots, kv_index, inv_freq are device arrays.
+// the cache): rotates q and k in place, then appends k and v to the cache,
+// contiguous (KvLayerView) or paged (PagedKvView: device block table, a
+// power-of-two block size). positions, slots, kv_index, inv_freq are device
+// arrays. Both overloads launch the same kernel; only the row addressing of
+// the cache differs.
 struct RopeKvAppendArgs {
   TensorView q, k, v;
   const std::int32_t* positions = nullptr;  // [T]
   const std::int32_t* slots = nullptr;      // [T]; -1 skips the token (padding)
   const std::int32_t* kv_index = nullptr;   // [T]
   const float* inv_freq = nullptr;          // [D/2]
-  KvLayerView kv;
-  KvBlockTable blocks;  // paged cache: device table (else unset)
   LaunchOptions launch;
 };
-void rope_kv_append_gpu(const RopeKvAppendArgs& args, cudaStream_t stream);
+void rope_kv_append_gpu(const RopeKvAppendArgs& args, const KvLayerView& kv, cudaStream_t stream);
+void rope_kv_append_gpu(const RopeKvAppendArgs& args, const PagedKvView& kv, cudaStream_t stream);
 
 }  // namespace vpod::kernels

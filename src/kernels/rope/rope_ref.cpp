@@ -1,3 +1,4 @@
+// CPU references of RoPE (inverse frequencies, rotation) and of the KV append.
 #include <cmath>
 
 #include "common/check.h"
@@ -57,16 +58,20 @@ void rope_ref(float* x, std::int64_t row_stride, int rows, int heads, int head_d
   }
 }
 
-void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
-                   int rows, const std::int32_t* slots, const std::int32_t* kv_index,
-                   const KvLayerView& kv, const KvBlockTable& blocks) {
+namespace {
+
+// Writes the step's k, v rows; `row_offset(slot, token)` is the element
+// offset of (slot, token, head 0, d 0) in the cache.
+template <typename Kv, typename RowOffset>
+void append_rows(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
+                 int rows, const std::int32_t* slots, const std::int32_t* kv_index, const Kv& kv,
+                 int num_slots, int max_ctx, RowOffset row_offset) {
   VPOD_CHECK(kv.device == Device::cpu);
   for (int t = 0; t < rows; ++t) {
     if (slots[t] < 0) continue;
-    VPOD_CHECK(slots[t] < kv.num_slots && kv_index[t] >= 0 && kv_index[t] < kv.max_ctx);
+    VPOD_CHECK(slots[t] < num_slots && kv_index[t] >= 0 && kv_index[t] < max_ctx);
     for (int h = 0; h < kv.num_kv_heads; ++h) {
-      const std::int64_t base =
-          kv_row_offset(kv, blocks, slots[t], kv_index[t]) + h * kv.head_stride;
+      const std::int64_t base = row_offset(slots[t], kv_index[t]) + h * kv.head_stride;
       for (int d = 0; d < kv.head_dim; ++d) {
         const std::int64_t src = static_cast<std::int64_t>(h) * kv.head_dim + d;
         store_from_float(kv.k, kv.dtype, base + d, k[t * k_stride + src]);
@@ -74,6 +79,31 @@ void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::i
       }
     }
   }
+}
+
+}  // namespace
+
+void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
+                   int rows, const std::int32_t* slots, const std::int32_t* kv_index,
+                   const KvLayerView& kv) {
+  append_rows(k, k_stride, v, v_stride, rows, slots, kv_index, kv, kv.num_slots, kv.max_ctx,
+              [&kv](int slot, int token) {
+                return slot * kv.slot_stride + static_cast<std::int64_t>(token) * kv.token_stride;
+              });
+}
+
+void kv_append_ref(const float* k, std::int64_t k_stride, const float* v, std::int64_t v_stride,
+                   int rows, const std::int32_t* slots, const std::int32_t* kv_index,
+                   const PagedKvView& kv) {
+  VPOD_CHECK(kv.block_table != nullptr && kv.block_size > 0);
+  append_rows(k, k_stride, v, v_stride, rows, slots, kv_index, kv, kv.num_slots,
+              kv.max_blocks_per_slot * kv.block_size, [&kv](int slot, int token) {
+                const std::int64_t block =
+                    kv.block_table[static_cast<std::int64_t>(slot) * kv.max_blocks_per_slot +
+                                   token / kv.block_size];
+                return block * kv.block_stride +
+                       static_cast<std::int64_t>(token % kv.block_size) * kv.token_stride;
+              });
 }
 
 }  // namespace vpod::kernels

@@ -1,0 +1,143 @@
+// The CUDA backend's attention: planning into a StepPlan and one dispatch
+// over it (see cuda_attention_runner.h).
+#include "model/cuda_attention_runner.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/cuda_check.h"
+#include "model/simple_attention.h"
+
+namespace vpod::model {
+
+namespace {
+
+// The kernels' launchers as one overload set over the KV view type.
+Status launch_pod(const attention::PodPlan& plan, const attention::AttentionBuffers& buffers,
+                  const attention::PodCounters& counters, const TensorView& q,
+                  const KvLayerView& kv, const TensorView& out, float scale, cudaStream_t stream) {
+  return attention::hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
+}
+Status launch_pod(const attention::PodPlan& plan, const attention::AttentionBuffers& buffers,
+                  const attention::PodCounters& counters, const TensorView& q,
+                  const PagedKvView& kv, const TensorView& out, float scale, cudaStream_t stream) {
+  return attention::paged_hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
+}
+Status launch_prefill(const attention::AttentionPlan& plan,
+                      const attention::AttentionBuffers& buffers, const TensorView& q,
+                      const KvLayerView& kv, const TensorView& out, float scale,
+                      cudaStream_t stream) {
+  return attention::prefill(plan, buffers, q, kv, out, scale, stream);
+}
+Status launch_prefill(const attention::AttentionPlan& plan,
+                      const attention::AttentionBuffers& buffers, const TensorView& q,
+                      const PagedKvView& kv, const TensorView& out, float scale,
+                      cudaStream_t stream) {
+  return attention::paged_prefill(plan, buffers, q, kv, out, scale, stream);
+}
+Status launch_decode(const attention::AttentionPlan& plan,
+                     const attention::AttentionBuffers& buffers, const TensorView& q,
+                     const KvLayerView& kv, const TensorView& out, float scale,
+                     cudaStream_t stream) {
+  return attention::decode(plan, buffers, q, kv, out, scale, stream);
+}
+Status launch_decode(const attention::AttentionPlan& plan,
+                     const attention::AttentionBuffers& buffers, const TensorView& q,
+                     const PagedKvView& kv, const TensorView& out, float scale,
+                     cudaStream_t stream) {
+  return attention::paged_decode(plan, buffers, q, kv, out, scale, stream);
+}
+
+// Buffers grow to twice the need (at least 64 KiB), so growth stays rare.
+constexpr std::size_t kMinPlanBufferBytes = std::size_t{1} << 16;
+
+}  // namespace
+
+bool AttentionRunner::uses_kernels(int head_dim) const {
+  if (options_.attention != AttentionImpl::kernels || options_.dtype == DType::f32) return false;
+  return head_dim == 64 || head_dim == 128;
+}
+
+Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int num_kv_heads,
+                                   int head_dim, bool paged_kv, StepPlan& plan) {
+  plan.clear();
+  plan.paged_kv = paged_kv;
+  if (!uses_kernels(head_dim)) {
+    plan.ready = true;  // the simple kernel needs no plan
+    return false;
+  }
+  const attention::AttentionDims dims{num_q_heads, num_kv_heads, head_dim, options_.dtype};
+  VPOD_RETURN_IF_ERROR(attention::validate_dims(dims));
+  // The one call into the kernels' planners.
+  if (options_.attention_mode == AttentionMode::pod) {
+    // POD: the fused prefill+decode kernel for hybrid batches; a prefill-
+    // or decode-only step runs the serial kernels (the same plan as serial).
+    if (!pod_device_) {
+      VPOD_ASSIGN_OR_RETURN(pod_device_, attention::query_pod_device(dims));
+      VPOD_ASSIGN_OR_RETURN(pod_counters_, attention::PodCounters::create(stream_));
+    }
+    const bool hybrid = !step.batch->prefills.empty() && !step.batch->decodes.empty();
+    attention::PodOptions pod_options;
+    pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
+    pod_options.device = *pod_device_;
+    pod_options.decode_deep = !paged_kv;
+    VPOD_ASSIGN_OR_RETURN(plan.pod, attention::PodPlan::create(*step.batch, dims, pod_options));
+  } else {
+    VPOD_ASSIGN_OR_RETURN(plan.serial,
+                          attention::AttentionPlan::create(
+                              *step.batch, dims, {.num_sms = num_sms_, .decode_deep = !paged_kv}));
+  }
+  const attention::AttentionPlan& work = *plan.work();
+  bool moved = false;
+  if (work.metadata_bytes() > plan.metadata.bytes() ||
+      work.workspace_bytes() > plan.workspace.bytes()) {
+    // Rare growth: the buffers only ever grow to the largest step seen.
+    VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), StatusCode::internal);
+    if (work.metadata_bytes() > plan.metadata.bytes()) {
+      VPOD_ASSIGN_OR_RETURN(plan.metadata, cuda::DeviceBuffer::allocate(std::max<std::size_t>(
+                                               work.metadata_bytes() * 2, kMinPlanBufferBytes)));
+    }
+    if (work.workspace_bytes() > plan.workspace.bytes()) {
+      VPOD_ASSIGN_OR_RETURN(plan.workspace, cuda::DeviceBuffer::allocate(std::max<std::size_t>(
+                                                work.workspace_bytes() * 2, kMinPlanBufferBytes)));
+    }
+    moved = true;
+  }
+  VPOD_RETURN_IF_ERROR(work.upload(plan.buffers(), stream_));
+  plan.ready = true;
+  return moved;
+}
+
+template <typename Kv>
+Status AttentionRunner::run_kernels(const StepPlan& plan, const TensorView& q, const Kv& kv,
+                                    float scale, const TensorView& out) {
+  const attention::AttentionBuffers buffers = plan.buffers();
+  if (plan.pod) {
+    return launch_pod(*plan.pod, buffers, *pod_counters_, q, kv, out, scale, stream_);
+  }
+  const attention::AttentionPlan& work = *plan.serial;
+  if (work.num_prefill_tokens() > 0) {
+    VPOD_RETURN_IF_ERROR(launch_prefill(work, buffers, q, kv, out, scale, stream_));
+  }
+  if (work.num_decode_tokens() > 0) {
+    VPOD_RETURN_IF_ERROR(launch_decode(work, buffers, q, kv, out, scale, stream_));
+  }
+  return {};
+}
+
+Status AttentionRunner::run(const StepPlan& plan, const TensorView& q, const KvCacheView& kv,
+                            int layer, const StepTensors& step, float scale,
+                            const TensorView& out) {
+  if (!plan.ready) return failed_precondition("attention before plan_attention for this step");
+  if (q.dtype() != DType::f32 && uses_kernels(static_cast<int>(q.size(2)))) {
+    VPOD_CHECK(plan.work() != nullptr);
+    return kv.is_paged() ? run_kernels(plan, q, kv.paged[layer], scale, out)
+                         : run_kernels(plan, q, kv.contiguous[layer], scale, out);
+  }
+  VPOD_CHECK_MSG(!kv.is_paged(), "paged KV needs the attention kernels (supports_paged_kv)");
+  simple_attention_gpu(q, kv.contiguous[layer], step.token_slots, step.token_kv_index, scale, out,
+                       stream_);
+  return {};
+}
+
+}  // namespace vpod::model

@@ -1,0 +1,56 @@
+// The CUDA backend's attention: plans a step into the caller's StepPlan (the
+// one place the model runtime calls the kernels' planners) and runs one
+// layer's attention as that plan says, over a contiguous or a paged KV cache
+// through one dispatch: the fused POD launch, or the prefill then the decode
+// kernels; the simple exact kernel (simple_attention.h) when the kernels do
+// not cover the dtype or head_dim, or when options ask for it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "common/kv_view.h"
+#include "common/status.h"
+#include "common/tensor_view.h"
+#include "kernels/attention/pod.h"
+#include "model/backend.h"
+#include "model/step_plan.h"
+
+namespace vpod::model {
+
+class AttentionRunner {
+ public:
+  // `num_sms`: the GPU's SM count (serial plans).
+  AttentionRunner(const CudaBackendOptions& options, int num_sms, cudaStream_t stream)
+      : options_(options), num_sms_(num_sms), stream_(stream) {}
+
+  // Whether the attention kernels run heads of this size in the backend's
+  // dtype (else the simple kernel; a paged cache needs the kernels).
+  bool uses_kernels(int head_dim) const;
+
+  // Plans the step into `plan` and uploads it to the plan's buffers.
+  // Returns true when the buffers were reallocated (grown to a larger step):
+  // graphs recorded against the old ones are stale.
+  Result<bool> plan(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
+                    bool paged_kv, StepPlan& plan);
+
+  // One layer's attention: q, out [T, q_heads, D] over layer `layer` of kv.
+  Status run(const StepPlan& plan, const TensorView& q, const KvCacheView& kv, int layer,
+             const StepTensors& step, float scale, const TensorView& out);
+
+ private:
+  template <typename Kv>
+  Status run_kernels(const StepPlan& plan, const TensorView& q, const Kv& kv, float scale,
+                     const TensorView& out);
+
+  const CudaBackendOptions& options_;  // the backend's (decode tuning may change)
+  int num_sms_;
+  cudaStream_t stream_;
+  // POD: the device's occupancy (once) and the fused kernel's scheduling
+  // counters (one set per stream).
+  std::optional<attention::PodDevice> pod_device_;
+  std::optional<attention::PodCounters> pod_counters_;
+};
+
+}  // namespace vpod::model
