@@ -24,9 +24,9 @@
 
 #include "engine/async_executor.h"
 #include "engine/engine.h"
-#include "engine/kv_store_capacity.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_decoder.h"
+#include "kvcache/kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -117,7 +117,7 @@ struct Stack {
                                             *provider);
     EXPECT_TRUE(created.ok()) << created.status().to_string();
     cache = std::move(created).value();
-    capacity = std::make_unique<KvStoreCapacity>(*cache, vattn_geometry(*cache), nullptr);
+    capacity = cache.get();  // the scheduler admits against the store itself
     std::vector<KvLayerView> views;
     for (int l = 0; l < mc.num_layers; ++l) views.push_back(cache->layer_view(l));
     runner = std::make_unique<ModelRunner>(*env.model, std::move(views));
@@ -141,7 +141,7 @@ struct Stack {
   }
 
   std::unique_ptr<kvcache::KvCache> cache;
-  std::unique_ptr<KvStoreCapacity> capacity;
+  kvcache::KvCache* capacity = nullptr;  // = cache.get()
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<AsyncExecutor> worker;
   std::unique_ptr<TokenizerDecoderFactory> decoders;
