@@ -34,8 +34,7 @@ PageGeometry small_geometry(int num_regions, int max_slots, int max_ctx) {
   g.max_slots = max_slots;
   g.max_ctx = max_ctx;
   g.max_depth = static_cast<std::int64_t>(
-      (static_cast<std::size_t>(max_ctx) * g.region_token_bytes + g.page_bytes - 1) /
-      g.page_bytes);
+      (static_cast<std::size_t>(max_ctx) * g.region_token_bytes + g.page_bytes - 1) / g.page_bytes);
   return g;
 }
 
@@ -68,9 +67,9 @@ TEST(PageGeometry, TokensStraddlePageBoundaries) {
   const PageGeometry g = small_geometry(2, 4, 100);
   EXPECT_EQ(g.max_depth, 5);  // 19200 bytes
   EXPECT_EQ(g.pages_for_tokens(0), 0);
-  EXPECT_EQ(g.pages_for_tokens(21), 1);  // 4032 bytes
-  EXPECT_EQ(g.pages_for_tokens(22), 2);  // 4224 bytes
-  EXPECT_EQ(g.tokens_for_pages(2), 42);  // 8192 / 192
+  EXPECT_EQ(g.pages_for_tokens(21), 1);   // 4032 bytes
+  EXPECT_EQ(g.pages_for_tokens(22), 2);   // 4224 bytes
+  EXPECT_EQ(g.tokens_for_pages(2), 42);   // 8192 / 192
   EXPECT_EQ(g.tokens_for_depth(5), 100);  // 106, capped at max_ctx
 }
 
@@ -302,8 +301,7 @@ TEST(PromiseLedger, AdmissionNeverOverPromises) {
     if (ledger.num_free() < needed) {
       if (!reclaim) return;
       ASSERT_GE(ledger.num_free() + ledger.idle_pages(s), needed) << "over-promised";
-      const std::int64_t steps =
-          (needed - ledger.num_free() + g.num_regions - 1) / g.num_regions;
+      const std::int64_t steps = (needed - ledger.num_free() + g.num_regions - 1) / g.num_regions;
       ASSERT_EQ(ledger.plan_victims(steps, s, victims), steps);
       for (const Victim& v : victims) ledger.return_tail(v);
     }
