@@ -1,57 +1,11 @@
-// The scheduler's view of the KV cache: slots and how many tokens each can
-// hold. Admission and preemption are decided against it; the real cache
-// (src/kvcache) implements it through an adapter, policy tests with a
-// block-counting double.
-//
-// Reservations are in tokens; the implementation rounds them to its own unit
-// (pages, blocks). A reservation promises that the tokens can be backed: when
-// the physical mapping happens (now, or in prepare()) is the cache's business.
-// Paired verbs: can_allocate/allocate, grow, free.
+// The scheduler admits against kvcache::KvCapacity (src/kvcache/kv_capacity.h),
+// which both KV stores implement; this name keeps engine code unqualified.
 #pragma once
 
-#include <cstdint>
-
-#include "common/hybrid_batch.h"
-#include "common/status.h"
+#include "kvcache/kv_capacity.h"
 
 namespace vpod::engine {
 
-class KvCapacity {
- public:
-  virtual ~KvCapacity() = default;
-
-  // Tokens one slot can ever hold (the cache's max context).
-  virtual int max_tokens_per_slot() const = 0;
-  // Tokens the whole cache can back at once (the admission ceiling).
-  virtual std::int64_t capacity_tokens() const = 0;
-
-  // Whether a free slot exists and `num_tokens` more tokens can be reserved.
-  virtual bool can_allocate(int num_tokens) const = 0;
-  // Takes a slot with `num_tokens` tokens reserved. Precondition: can_allocate.
-  virtual int allocate(int num_tokens) = 0;
-  // Reserves up to `num_tokens` tokens in total for `slot`. Returns false, and
-  // changes nothing, when the cache cannot back them.
-  virtual bool grow(int slot, int num_tokens) = 0;
-  // Returns the slot and its reservation.
-  virtual void free(int slot) = 0;
-
-  // Called once per step after scheduling, before the forward: makes the
-  // step's tokens resident (synchronously if needed) and starts the next
-  // step's growth in the background.
-  virtual Status prepare(const HybridBatch& batch) = 0;
-
-  // A hint, given after each schedule(): the next admission will likely be a
-  // request of `num_tokens` tokens whose first prefill chunk has up to
-  // `first_chunk_tokens` (0: nobody waits). A cache may prepare for it while
-  // the step runs (vAttention maps a free slot's first pages from free memory
-  // in the background); it changes no reservation. Default: ignored.
-  virtual void expect_admission(int num_tokens, int first_chunk_tokens) {
-    (void)num_tokens;
-    (void)first_chunk_tokens;
-  }
-
-  // Fraction of the KV memory reserved, in [0, 1] (the usage gauge).
-  virtual double usage() const = 0;
-};
+using kvcache::KvCapacity;
 
 }  // namespace vpod::engine

@@ -46,41 +46,47 @@
 // release, so pages a kernel may still read are never unmapped. With
 // ReclaimPolicy::eager, release() unmaps everything at once instead.
 //
-// Thread-safety. Every public method is safe to call from any thread,
-// concurrently with each other and with the mapper thread:
-//   - a state mutex guards slot bookkeeping, the pool and statistics and is
-//     held only for bookkeeping (never across driver calls or fence waits);
-//   - a mapping mutex serializes all map/unmap work (ensure, the mapper,
-//     reclaim, eager release) and is held across driver calls and fence
-//     waits, so ensure() may wait for the mapper's current growth step;
-//   - a queue mutex and two condition variables carry prepare() -> mapper ->
-//     wait(); the mapper never spins and is joined by the destructor;
-//   - posted growth is tagged with the slot's owner (a generation bumped by
-//     acquire()), so growth a released slot's old owner asked for is dropped
-//     and never lands on the slot's next owner. The tag is checked again
-//     when mapped pages are committed to the slot: growth whose slot was
-//     released or re-acquired while it mapped (lookahead of an active slot,
-//     or pre-mapping of a free one) is unmapped again - its pages were never
-//     within backed_tokens(), so no reader saw them. Hence a free slot's
-//     depth changes only by reclamation and by pre-mapping, and the latter
-//     stops at settle_prewarm() until the next expect_acquire().
+// Admission. KvCapacity's verbs keep the promises exact in depth steps (a
+// page in each region): a promise covers the tokens plus lookahead_tokens
+// (mapped into an active slot from free pages, so not reclaimable by others)
+// and, with deferred reclamation, the depth an idle slot still holds when it
+// is reused (can_allocate predicts the slot acquire() picks; allocate
+// accounts the depth it got). Before admission reads free slots' depths, the
+// pre-mapping is settled (settle_prewarm), so what can_allocate predicted is
+// what allocate gets, and pre-mapped pages (at most the hinted request's)
+// fit in that request's promise.
+//
+// The parts: SlotLedger (slot_ledger.h: pages and slots, pure logic),
+// KvMemory (kv_memory.h: the mappings and the driver calls around the
+// ledger), KvMapper (kv_mapper.h: the mapper thread); this class is the
+// facade that sizes them and implements KvStore.
+//
+// Thread-safety. Every slot-level method (acquire, release, ensure,
+// prepare(targets), wait, capacity, stats, the hints) is safe from any
+// thread, concurrently with each other and with the mapper thread (locks:
+// kv_memory.h, kv_mapper.h). KvCapacity's verbs (the promises) are called
+// by one thread at a time: the engine thread. Posted growth is tagged with
+// the slot's owner (a generation bumped by acquire()), so growth a released
+// slot's old owner asked for is dropped and never lands on the slot's next
+// owner; a free slot's depth changes only by reclamation and by pre-mapping,
+// and the latter stops at settle_prewarm() until the next expect_acquire().
 // Memory of a slot is readable only up to backed_tokens(slot); the views are
 // immutable for the cache's lifetime. Destroying the cache synchronizes with
 // all GPU work first (readers of active slots have no fence).
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/kv_view.h"
 #include "kvcache/kv_store.h"
 #include "kvcache/page_pool.h"
+#include "kvcache/promise_ledger.h"
+#include "kvcache/slot_ledger.h"
 #include "kvcache/vmm.h"
 
 namespace vpod::kvcache {
@@ -106,7 +112,14 @@ struct KvCacheConfig {
   // Background mode: expect_acquire() pre-maps the next request's first pages
   // (eager allocation). false ignores the hints (for comparison).
   bool eager_allocation = true;
+  // The stream the model's kernels read K/V on: KvCapacity::free() releases
+  // slots with it as their last reader. Null: the legacy stream (all work on
+  // the device).
+  cudaStream_t reader_stream = nullptr;
 };
+
+class KvMemory;
+class KvMapper;
 
 class KvCache final : public KvStore {
  public:
@@ -121,23 +134,42 @@ class KvCache final : public KvStore {
 
   const KvCacheConfig& config() const { return config_; }
   VmmProvider& provider() const { return *provider_; }
-  std::size_t page_bytes() const { return page_bytes_; }
-  int num_regions() const { return num_regions_; }
+  std::size_t page_bytes() const { return geometry_.page_bytes; }
+  int num_regions() const { return geometry_.num_regions; }
   // Bytes of one token in one region, and of one slot in one region (padded).
-  std::size_t region_token_bytes() const { return region_token_bytes_; }
+  std::size_t region_token_bytes() const { return geometry_.region_token_bytes; }
   std::size_t slot_bytes() const { return slot_bytes_; }
   // Pages per region needed to back `tokens`, and tokens `pages` back.
-  std::int64_t pages_for_tokens(std::int64_t tokens) const;
-  std::int64_t tokens_for_pages(std::int64_t pages) const;
+  std::int64_t pages_for_tokens(std::int64_t tokens) const {
+    return geometry_.pages_for_tokens(tokens);
+  }
+  std::int64_t tokens_for_pages(std::int64_t pages) const {
+    return geometry_.tokens_for_pages(pages);
+  }
   // Pages mapped per region for this slot (its depth).
   std::int64_t slot_depth(int slot) const;
 
   // Layer `layer`'s K/V as strided tensors over all slots.
   KvLayerView layer_view(int layer) const;
 
+  // KvCapacity (engine thread): promises in depth steps.
+  bool can_allocate(int num_tokens) const override;
+  int allocate(int num_tokens) override;
+  bool grow(int slot, int num_tokens) override;
+  void free(int slot) override;
+  // Maps the step's tokens (background: posts them and waits), asks the
+  // mapper for each prompt's next chunk and, once those are posted, for the
+  // next admission's first chunk (expect_admission's hint).
+  Status prepare(const HybridBatch& batch) override;
+  void expect_admission(int num_tokens, int first_chunk_tokens) override;
+  double usage() const override { return promises_.usage(); }
+
   // KvStore.
   int max_slots() const override { return config_.max_slots; }
   int max_ctx() const override { return config_.max_ctx; }
+  KvCacheView view() const override { return {.contiguous = layer_views_, .paged = {}}; }
+  std::int64_t used_units() const override { return promises_.used_units(); }
+  std::int64_t total_units() const override { return promises_.total_units(); }
   Result<int> acquire(std::int64_t expected_tokens) override;
   Status release(int slot, cudaStream_t last_reader) override;
   Status ensure(int slot, std::int64_t tokens) override;
@@ -169,12 +201,9 @@ class KvCache final : public KvStore {
   void settle_prewarm();
   // Pages the mapper mapped into free slots ahead of acquire(), and how many
   // acquire() calls got a slot holding some of them.
-  struct PrewarmStats {
-    std::int64_t pages = 0;
-    std::int64_t hits = 0;
-  };
+  using PrewarmStats = SlotLedger::PrewarmStats;
   PrewarmStats prewarm_stats() const;
-  static constexpr std::int64_t kPrewarmChunkPages = 16;
+  static constexpr std::int64_t kPrewarmChunkPages = 16;  // = KvMemory's
 
   // Blocks until the mapper has finished all posted work, lookahead and
   // pre-mapping included (returns at once in synchronous mode). For tests,
@@ -190,119 +219,26 @@ class KvCache final : public KvStore {
   Status check_invariants() const;
 
  private:
-  struct Slot {
-    bool active = false;
-    std::int64_t depth = 0;        // pages mapped in each region
-    std::int64_t used_tokens = 0;  // largest ensure/prepare target since acquire
-    std::uint64_t release_order = 0;
-    std::uint64_t generation = 0;   // bumped by acquire(): which owner holds it
-    std::vector<PageId> pages;      // [num_regions][max_depth]
-    std::vector<Mapping> mappings;  // [num_regions]; touched only under map_mutex_
-    std::unique_ptr<Fence> fence;   // recorded at release
-    bool prewarmed = false;         // free, holding pages expect_acquire() had mapped
-  };
-  struct GrowPolicy {
-    bool reclaim = true;       // may take pages from idle slots
-    bool only_active = false;  // skip (ok) if the slot is not active
-    bool only_free = false;    // skip (ok) if the slot is active (pre-mapping)
-    // With only_active / only_free: also skip unless the slot still has the
-    // generation (owner) it had when the growth was asked for (0 = any).
-    // Checked before mapping and again when the pages are committed to the
-    // slot: growth whose condition no longer holds by then is unmapped again
-    // (its pages were never visible), so stale growth never reaches a new
-    // owner and a released slot's held depth never grows behind admission.
-    std::uint64_t generation = 0;
-  };
-  struct Victim {
-    int slot = 0;
-    std::int64_t new_depth = 0;
-    std::int64_t count = 0;  // depth steps taken
-  };
-
   KvCache(const KvCacheConfig& config, std::shared_ptr<VmmProvider> provider);
   Status init();
-
   Status check_slot(int slot) const;
   Status check_tokens(std::int64_t tokens) const;
-  // Growth/shrink; the caller holds map_mutex_.
-  Status grow(int slot, std::int64_t target_depth, GrowPolicy policy, bool on_mapper);
-  // Makes the pool hold `pages_needed` free pages, reclaiming idle slots'
-  // tails (never exclude_slot's) if it must.
-  Status take_from_idle(std::int64_t pages_needed, int exclude_slot);
-  // Takes depth steps from idle slots' tails, largest slot first, until
-  // `steps` are planned; fills scratch_victims_ and lowers their depths.
-  // Caller holds state_mutex_ (and map_mutex_). Returns the steps planned.
-  std::int64_t plan_victims_locked(std::int64_t steps, int exclude_slot);
-  // Waits on each planned victim's fence, unmaps its tail, returns the pages
-  // to the pool. On a failed fence wait, the unprocessed victims keep their
-  // pages (depth restored) and the Status is returned.
-  Status reclaim_victims();
-  Status unmap_tail(const Victim& victim);
-  // Caller holds state_mutex_.
-  std::int64_t idle_pages_locked(int exclude_slot) const;
-  std::int64_t tokens_for_depth(std::int64_t depth) const;
-  // The free slot acquire() picks for `need` pages per region, or -1.
-  // Caller holds state_mutex_.
-  int pick_free_slot_locked(std::int64_t need) const;
-  // One chunk of pre-mapping for the hint; the caller holds map_mutex_.
-  // Returns whether more remains to be mapped for it.
-  bool prewarm_chunk(std::int64_t expected_tokens, std::int64_t first_tokens);
-
-  void mapper_main();
+  // Depth steps a promise of `tokens` takes (see PromiseLedger).
+  std::int64_t promise_units(std::int64_t tokens) const;
 
   const KvCacheConfig config_;
-  const std::shared_ptr<VmmProvider> provider_;
-  std::size_t page_bytes_ = 0;
-  int num_regions_ = 0;
-  std::size_t region_token_bytes_ = 0;
+  std::shared_ptr<VmmProvider> provider_;
+  PageGeometry geometry_;
   std::size_t slot_bytes_ = 0;
-  std::int64_t max_depth_ = 0;
-
-  // Declared so that destruction unmaps (slots_) before releasing pages
-  // (pool_) before freeing the address range (range_).
-  VirtualRange range_;
-  mutable std::mutex map_mutex_;  // order: map_mutex_ before state_mutex_
-  mutable std::mutex state_mutex_;
-  PagePool pool_;
-  std::vector<Slot> slots_;
-  std::uint64_t release_counter_ = 0;
-  std::int64_t in_flight_pages_ = 0;  // popped from the pool, not yet in a slot
-  KvStats counters_;                  // cumulative fields only
-  // Scratch for grow() (under map_mutex_), sized once: no allocation per step.
-  std::vector<PageId> scratch_ids_;
-  std::vector<PageHandle> scratch_handles_;
-  std::vector<Victim> scratch_victims_;
-
-  // prepare() -> mapper -> wait().
-  mutable std::mutex queue_mutex_;
-  std::condition_variable work_cv_;  // mapper waits for posted work
-  std::condition_variable done_cv_;  // wait() waits for done_ticket_
-  bool stop_ = false;
-  bool mapper_ready_ = false;
-  bool mapper_idle_ = false;                    // waiting for work, nothing in hand
-  Status mapper_status_;                        // why the mapper could not start
-  std::atomic<std::uint64_t> posted_{0};        // every post, lookahead-only included
-  std::uint64_t done_ticket_ = 0;               // required work finished through here
-  std::vector<std::int64_t> want_required_;     // [max_slots] target depth, 0 = none
-  std::vector<std::int64_t> want_desired_;      // [max_slots]
-  std::vector<std::uint64_t> want_generation_;  // [max_slots] owner the wants belong to
-  std::vector<int> dirty_slots_;
-  std::vector<std::uint8_t> is_dirty_;
-  // expect_acquire() -> mapper (queue_mutex_). prewarm_tokens_ 0 = no hint.
-  std::int64_t prewarm_expected_ = 0;
-  std::int64_t prewarm_tokens_ = 0;
-  std::uint64_t prewarm_seq_ = 0;  // bumped by every hint and cancel
-  bool prewarm_busy_ = false;      // the mapper is mapping a chunk for a hint
-  PrewarmStats prewarm_counters_;  // under state_mutex_
-  // The outcome of each of the last kTicketHistory tickets (ticket t at
-  // t % kTicketHistory), written by the mapper when its batch is done.
-  struct TicketResult {
-    std::uint64_t ticket = 0;
-    Status status;
-  };
-  static constexpr std::uint64_t kTicketHistory = 1024;
-  std::vector<TicketResult> results_;
-  std::thread mapper_;
+  std::vector<KvLayerView> layer_views_;  // [num_layers]
+  // Declared so that the mapper thread stops before the memory goes.
+  std::unique_ptr<KvMemory> memory_;
+  std::unique_ptr<KvMapper> mapper_;  // background growth only
+  // KvCapacity (engine thread).
+  PromiseLedger promises_;
+  std::vector<SlotTokens> targets_;  // prepare(batch) scratch, [max_slots]
+  std::int64_t next_admission_tokens_ = 0;
+  std::int64_t next_admission_chunk_ = 0;
 };
 
 }  // namespace vpod::kvcache

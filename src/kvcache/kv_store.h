@@ -1,6 +1,7 @@
-// What the engine sees of a KV cache, whichever kind backs it: slots (one per
-// running request), growth before each step, capacity for admission, and
-// statistics for metrics. Two implementations:
+// What the engine sees of a KV cache, whichever kind backs it: admission
+// (KvCapacity's promises), slots (one per running request), growth before
+// each step, the views the model reads K/V through, and statistics for
+// metrics. Two implementations:
 //   - KvCache (kv_cache.h): vAttention, virtually contiguous per slot and
 //     demand-paged with the VMM API (`--kv-cache vattn`, the default);
 //   - PagedKvCache (paged_kv_cache.h): vLLM-style block tables over one
@@ -17,7 +18,9 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/kv_view.h"
 #include "common/status.h"
+#include "kvcache/kv_capacity.h"
 
 namespace vpod::kvcache {
 
@@ -82,12 +85,28 @@ struct KvStats {
   double wait_seconds = 0.0;  // step thread blocked in wait()
 };
 
-class KvStore {
+// Two levels of verbs on one object. The scheduler uses KvCapacity's
+// (can_allocate/allocate, grow, free, prepare(batch), expect_admission):
+// promises kept exact in the store's own unit, mapped through the slot verbs
+// below, and released on the store's reader stream. Benchmarks and tests may
+// drive the slot verbs directly (acquire, ensure, prepare(targets), wait,
+// release); a slot acquired that way holds no promise, so do not mix the
+// two levels on one store.
+class KvStore : public KvCapacity {
  public:
-  virtual ~KvStore() = default;
+  using KvCapacity::prepare;
 
   virtual int max_slots() const = 0;
   virtual int max_ctx() const = 0;
+  int max_tokens_per_slot() const final { return max_ctx(); }
+
+  // Every layer's K/V as the model reads them: contiguous views for
+  // vAttention, block pools and tables for the paged cache. Valid, unchanged,
+  // for the store's life.
+  virtual KvCacheView view() const = 0;
+  // The promise ledger in the store's unit (for tests and the usage gauge).
+  virtual std::int64_t used_units() const = 0;
+  virtual std::int64_t total_units() const = 0;
 
   // A free slot for a request expected to reach `expected_tokens`, or
   // resource_exhausted when every slot is taken. Maps nothing.
@@ -108,7 +127,7 @@ class KvStore {
   // right now; tokens all unused memory could back for new growth. Each is a
   // consistent snapshot; while growth or reclamation is in flight (pages
   // between the pool and a slot) it may be momentarily low, never high.
-  virtual std::int64_t capacity_tokens() const = 0;
+  std::int64_t capacity_tokens() const override = 0;
   virtual std::int64_t capacity_tokens(int slot) const = 0;
   virtual std::int64_t free_tokens() const = 0;
   // Tokens of this slot already backed (readable and writable now).

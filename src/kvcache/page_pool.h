@@ -1,15 +1,15 @@
 // The physical page pool: every page the KV cache will ever map is created
-// here, once, from a byte budget, before serving starts; the step path only
-// takes pages from and returns pages to a last-in-first-out free list, so the
-// driver is never asked to create or release memory while requests run.
+// here, once, from a byte budget, before serving starts, and released when
+// the pool is destroyed, so the driver is never asked to create or release
+// memory while requests run. Which pages are free is bookkeeping, kept by
+// the SlotLedger (slot_ledger.h) as a last-in-first-out list of PageIds:
 // LIFO keeps recently used (hot, already-touched) pages in circulation.
 //
-// Not synchronized: the owner (KvCache) guards it with its state mutex.
+// Immutable after create(): safe to read from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "kvcache/vmm.h"
@@ -29,20 +29,11 @@ class PagePool {
 
   std::size_t page_bytes() const { return page_bytes_; }
   std::int64_t num_pages() const { return static_cast<std::int64_t>(pages_.size()); }
-  std::int64_t num_free() const { return static_cast<std::int64_t>(free_.size()); }
   PageHandle handle(PageId id) const { return pages_[id].handle(); }
-
-  // The most recently returned page, or nothing when the pool is empty.
-  std::optional<PageId> pop();
-  void push(PageId id);
-  // Whether `id` is currently in the free list (O(1); for invariant checks).
-  bool is_free(PageId id) const { return in_free_[id] != 0; }
 
  private:
   std::size_t page_bytes_ = 0;
   std::vector<PhysicalPage> pages_;
-  std::vector<PageId> free_;           // LIFO stack
-  std::vector<std::uint8_t> in_free_;  // [num_pages] 1 when in free_
 };
 
 }  // namespace vpod::kvcache

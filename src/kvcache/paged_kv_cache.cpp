@@ -1,3 +1,4 @@
+// The paged baseline: block tables over one preallocated buffer.
 #include "kvcache/paged_kv_cache.h"
 
 #include <fmt/format.h>
@@ -72,6 +73,9 @@ Status PagedKvCache::init() {
   active_.assign(config_.max_slots, 0);
   free_blocks_.reserve(num_blocks_);
   for (int b = num_blocks_; b > 0; --b) free_blocks_.push_back(b - 1);  // block 0 on top
+  for (int l = 0; l < config_.shape.num_layers; ++l) layer_views_.push_back(layer_view(l));
+  promises_ = PromiseLedger(config_.max_slots, num_blocks_);
+  targets_.reserve(config_.max_slots);
   return {};
 }
 
@@ -206,6 +210,55 @@ Status PagedKvCache::wait(PrepareTicket ticket) {
   return {};
 }
 
+// ----------------------------------------------------------------------------
+// Admission (KvCapacity)
+// ----------------------------------------------------------------------------
+bool PagedKvCache::can_allocate(int num_tokens) const {
+  if (num_tokens > config_.max_ctx || num_free_slots() == 0) return false;
+  const std::int64_t blocks = blocks_for_tokens(num_tokens);
+  return promises_.fits(promises_.promise_units(blocks, blocks));
+}
+
+int PagedKvCache::allocate(int num_tokens) {
+  Result<int> slot = acquire(num_tokens);
+  VPOD_CHECK_MSG(slot.ok(), "KV acquire after can_allocate: " + slot.status().to_string());
+  const std::int64_t blocks = blocks_for_tokens(num_tokens);
+  promises_.open(*slot, promises_.promise_units(blocks, blocks), num_tokens);
+  return *slot;
+}
+
+bool PagedKvCache::grow(int slot, int num_tokens) {
+  VPOD_CHECK(promises_.is_open(slot));
+  if (num_tokens > config_.max_ctx) return false;
+  const std::int64_t blocks = blocks_for_tokens(num_tokens);
+  return promises_.raise(slot, promises_.promise_units(blocks, blocks), num_tokens);
+}
+
+void PagedKvCache::free(int slot) {
+  VPOD_CHECK(promises_.is_open(slot));
+  // Freed blocks are rewritten only by kernels queued later: no reader stream.
+  const Status status = release(slot, nullptr);
+  VPOD_CHECK_MSG(status.ok(), "KV release: " + status.to_string());
+  promises_.close(slot);
+}
+
+Status PagedKvCache::prepare(const HybridBatch& batch) {
+  promises_.step_targets(batch, targets_);
+  VPOD_ASSIGN_OR_RETURN(const PrepareTicket ticket, prepare(std::span<const SlotTokens>(targets_)));
+  VPOD_RETURN_IF_ERROR(wait(ticket));
+  if (config_.device == Device::cuda) {
+    // The tables are copied on the legacy stream and waited for: the model's
+    // stream does not order after it, and the previous step (whose sampled
+    // tokens came back to the host) no longer reads them.
+    VPOD_RETURN_IF_ERROR(sync_block_tables(nullptr));
+    VPOD_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(nullptr), "block tables"));
+  }
+  return {};
+}
+
+// ----------------------------------------------------------------------------
+// Capacity and statistics
+// ----------------------------------------------------------------------------
 std::int64_t PagedKvCache::capacity_tokens() const {
   return std::min<std::int64_t>(static_cast<std::int64_t>(num_blocks_) * config_.block_size,
                                 static_cast<std::int64_t>(config_.max_slots) * config_.max_ctx);

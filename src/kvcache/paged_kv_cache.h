@@ -8,9 +8,16 @@
 // needed. Growth is pure bookkeeping (no driver calls), so prepare() finishes
 // synchronously and its ticket is always 0.
 //
-// Thread-safety: every method is safe from any thread (one mutex). Views hold
-// pointers into the block tables: on the CPU, do not grow a slot while a
-// kernel reads them; on CUDA, call sync_block_tables(stream) after growth and
+// Admission (KvCapacity) promises blocks: a promise of n tokens is
+// ceil(n / block_size) blocks, and nothing is held past a release, so a
+// promise never counts more than its own tokens.
+//
+// Thread-safety: every slot-level method is safe from any thread (one
+// mutex); KvCapacity's verbs are called by one thread at a time (the engine
+// thread). Views hold pointers into the block tables: on the CPU, do not grow
+// a slot while a kernel reads them; on CUDA, prepare(batch) copies the tables
+// to the device after growth (on the legacy stream, and waits for the copy);
+// callers of the slot-level prepare(targets) call sync_block_tables(stream)
 // before the kernels that read the tables.
 #pragma once
 
@@ -22,9 +29,10 @@
 #include <span>
 #include <vector>
 
+#include "common/kv_view.h"
 #include "cuda/device_buffer.h"
 #include "kvcache/kv_store.h"
-#include "common/kv_view.h"
+#include "kvcache/promise_ledger.h"
 
 namespace vpod::kvcache {
 
@@ -60,9 +68,21 @@ class PagedKvCache final : public KvStore {
   // changed since the last call. CPU: nothing to do.
   Status sync_block_tables(cudaStream_t stream);
 
+  // KvCapacity (engine thread): promises in blocks.
+  bool can_allocate(int num_tokens) const override;
+  int allocate(int num_tokens) override;
+  bool grow(int slot, int num_tokens) override;
+  void free(int slot) override;
+  // Allocates the step's blocks and, on CUDA, uploads the block tables.
+  Status prepare(const HybridBatch& batch) override;
+  double usage() const override { return promises_.usage(); }
+
   // KvStore.
   int max_slots() const override { return config_.max_slots; }
   int max_ctx() const override { return config_.max_ctx; }
+  KvCacheView view() const override { return {.contiguous = {}, .paged = layer_views_}; }
+  std::int64_t used_units() const override { return promises_.used_units(); }
+  std::int64_t total_units() const override { return promises_.total_units(); }
   Result<int> acquire(std::int64_t expected_tokens) override;
   Status release(int slot, cudaStream_t last_reader) override;
   Status ensure(int slot, std::int64_t tokens) override;
@@ -83,6 +103,9 @@ class PagedKvCache final : public KvStore {
   Status init();
   Status check_slot(int slot) const;
   Status ensure_locked(int slot, std::int64_t tokens);
+  std::int64_t blocks_for_tokens(std::int64_t tokens) const {
+    return (tokens + config_.block_size - 1) / config_.block_size;
+  }
 
   const PagedKvCacheConfig config_;
   int num_blocks_ = 0;
@@ -99,6 +122,11 @@ class PagedKvCache final : public KvStore {
   std::vector<std::uint8_t> active_;       // [max_slots]
   std::vector<std::int32_t> free_blocks_;  // LIFO
   bool tables_dirty_ = true;
+  std::vector<PagedKvView> layer_views_;  // [num_layers]
+
+  // KvCapacity (engine thread).
+  PromiseLedger promises_;
+  std::vector<SlotTokens> targets_;  // prepare(batch) scratch, [max_slots]
 };
 
 }  // namespace vpod::kvcache

@@ -9,7 +9,6 @@
 #include "cuda/device_info.h"
 #include "engine/async_executor.h"
 #include "engine/engine.h"
-#include "engine/kv_store_capacity.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_decoder.h"
 #include "kvcache/cuda_vmm.h"
@@ -68,9 +67,7 @@ struct EngineBackend::Stack {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<kvcache::KvCache> cache;             // --kv-cache vattn
   std::unique_ptr<kvcache::PagedKvCache> paged_cache;  // --kv-cache paged
-  std::vector<KvLayerView> kv_layers;                  // the cache's view, per layer
-  std::vector<PagedKvView> paged_kv_layers;
-  std::unique_ptr<engine::KvStoreCapacity> capacity;
+  kvcache::KvStore* store = nullptr;  // the one above: what the scheduler admits against
   std::unique_ptr<engine::ModelRunner> runner;
   std::unique_ptr<engine::AsyncExecutor> worker;  // --async-scheduling on
   std::unique_ptr<engine::TokenizerDecoderFactory> decoders;
@@ -166,7 +163,7 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
     kv_bytes = std::max(kv_bytes, static_cast<std::size_t>(max_model_len) * token_bytes);
   }
 
-  // The cache, the scheduler's view of its capacity, and the runner that
+  // The cache (also what the scheduler admits against), and the runner that
   // hands the model its views. The model runner waits on the host for each
   // step's sampled tokens, so the step's kernels are done before the engine
   // releases a slot: no stream to fence on.
@@ -179,13 +176,7 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                                          .max_ctx = max_model_len,
                                                          .memory_bytes = kv_bytes,
                                                          .device = choice.device}));
-    s->capacity = std::make_unique<engine::KvStoreCapacity>(
-        *s->paged_cache, engine::paged_geometry(*s->paged_cache), /*last_reader=*/nullptr);
-    for (int l = 0; l < mc.num_layers; ++l) {
-      s->paged_kv_layers.push_back(s->paged_cache->layer_view(l));
-    }
-    s->runner = std::make_unique<engine::ModelRunner>(
-        *s->model, KvCacheView{.contiguous = {}, .paged = s->paged_kv_layers});
+    s->store = s->paged_cache.get();
     cache_note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
                              s->paged_cache->capacity_tokens());
   } else {
@@ -207,14 +198,11 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
                                                     .lookahead_tokens = kKvLookaheadTokens,
                                                     .eager_allocation = o.kv_eager_allocation},
                                                    provider));
-    s->capacity = std::make_unique<engine::KvStoreCapacity>(
-        *s->cache, engine::vattn_geometry(*s->cache), /*last_reader=*/nullptr);
-    for (int l = 0; l < mc.num_layers; ++l) s->kv_layers.push_back(s->cache->layer_view(l));
-    s->runner = std::make_unique<engine::ModelRunner>(
-        *s->model, KvCacheView{.contiguous = s->kv_layers, .paged = {}});
+    s->store = s->cache.get();
     cache_note = fmt::format("vattn {}, {} tokens", kvcache::kv_layout_name(layout),
                              s->cache->capacity_tokens());
   }
+  s->runner = std::make_unique<engine::ModelRunner>(*s->model, s->store->view());
   s->decoders = std::make_unique<engine::TokenizerDecoderFactory>(*s->tokenizer);
 
   engine::EngineConfig ec;
@@ -236,8 +224,7 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
     s->worker = std::make_unique<engine::AsyncExecutor>(*s->runner);
     executor = s->worker.get();
   }
-  VPOD_ASSIGN_OR_RETURN(s->engine,
-                        engine::Engine::create(ec, *executor, *s->capacity, *s->decoders));
+  VPOD_ASSIGN_OR_RETURN(s->engine, engine::Engine::create(ec, *executor, *s->store, *s->decoders));
   s->engine->start();
 
   s->card.id = o.served_model_name.empty() ? o.model_dir.string() : o.served_model_name;

@@ -8,7 +8,7 @@
 //   -> KV budget (GPU: measured free memory x --gpu-memory-utilization; CPU:
 //   --kv-cache-memory or a default) -> the cache: vAttention KvCache over the
 //   host or CUDA VMM provider, or the paged baseline (--kv-cache paged) ->
-//   KvStoreCapacity, ModelRunner, TokenizerDecoderFactory -> Engine (started).
+//   ModelRunner, TokenizerDecoderFactory -> Engine (admitting against the store).
 // Destruction stops the engine first (unfinished requests end with "abort").
 #pragma once
 

@@ -24,9 +24,9 @@
 
 #include "engine/async_executor.h"
 #include "engine/engine.h"
-#include "engine/kv_store_capacity.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_decoder.h"
+#include "kvcache/kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -117,10 +117,8 @@ struct Stack {
                                             *provider);
     EXPECT_TRUE(created.ok()) << created.status().to_string();
     cache = std::move(created).value();
-    capacity = std::make_unique<KvStoreCapacity>(*cache, vattn_geometry(*cache), nullptr);
-    for (int l = 0; l < mc.num_layers; ++l) kv_layers.push_back(cache->layer_view(l));
-    runner = std::make_unique<ModelRunner>(*env.model,
-                                           KvCacheView{.contiguous = kv_layers, .paged = {}});
+    capacity = cache.get();  // the scheduler admits against the store itself
+    runner = std::make_unique<ModelRunner>(*env.model, cache->view());
     if (mode.worker) worker = std::make_unique<AsyncExecutor>(*runner);
     decoders = std::make_unique<TokenizerDecoderFactory>(*env.tok);
     EngineConfig config;
@@ -141,8 +139,7 @@ struct Stack {
   }
 
   std::unique_ptr<kvcache::KvCache> cache;
-  std::vector<KvLayerView> kv_layers;  // the cache's view, per layer (the runner's)
-  std::unique_ptr<KvStoreCapacity> capacity;
+  kvcache::KvCache* capacity = nullptr;  // = cache.get()
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<AsyncExecutor> worker;
   std::unique_ptr<TokenizerDecoderFactory> decoders;

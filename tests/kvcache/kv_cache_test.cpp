@@ -106,6 +106,23 @@ TEST(KvCacheGeometry, ViewsExposeExplicitPaddedStrides) {
   }
 }
 
+TEST(KvCacheGeometry, TheStoreViewHoldsEveryLayersView) {
+  for (const KvLayout layout : {KvLayout::all_layers, KvLayout::per_layer}) {
+    auto cache =
+        make_cache(small_config(layout, GrowthMode::synchronous, 64), make_host_provider(4096));
+    const KvCacheView view = cache->view();
+    EXPECT_FALSE(view.is_paged());
+    ASSERT_EQ(view.num_layers(), cache->config().shape.num_layers);
+    for (int l = 0; l < view.num_layers(); ++l) {
+      const KvLayerView expected = cache->layer_view(l);
+      EXPECT_EQ(view.contiguous[l].k, expected.k);
+      EXPECT_EQ(view.contiguous[l].v, expected.v);
+      EXPECT_EQ(view.contiguous[l].token_stride, expected.token_stride);
+      EXPECT_EQ(view.contiguous[l].slot_stride, expected.slot_stride);
+    }
+  }
+}
+
 TEST(KvCacheConfigTest, RejectsBadConfigurations) {
   auto provider = make_host_provider(4096);
   KvCacheConfig config = small_config(KvLayout::all_layers, GrowthMode::synchronous, 64);

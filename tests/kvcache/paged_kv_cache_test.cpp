@@ -70,6 +70,52 @@ std::int64_t paged_mismatches(const PagedKvCache& cache, int slot, std::uint32_t
   return bad;
 }
 
+TEST(PagedKvCache, TheStoreViewHoldsEveryLayersTables) {
+  auto created = PagedKvCache::create(small_paged(16, 20));
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  const KvCacheView view = (*created)->view();
+  ASSERT_TRUE(view.is_paged());
+  ASSERT_EQ(view.num_layers(), 3);
+  for (int l = 0; l < 3; ++l) {
+    const PagedKvView expected = (*created)->layer_view(l);
+    EXPECT_EQ(view.paged[l].k, expected.k);
+    EXPECT_EQ(view.paged[l].v, expected.v);
+    EXPECT_EQ(view.paged[l].block_table, expected.block_table);
+    EXPECT_EQ(view.paged[l].max_blocks_per_slot, 19);
+  }
+}
+
+// Admission (KvCapacity) in blocks: a promise of n tokens is ceil(n / 16)
+// blocks; prepare(batch) allocates the step's blocks.
+TEST(PagedKvCache, PromisesBlocksAndPreparesTheStep) {
+  auto created = PagedKvCache::create(small_paged(16, 20));
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  PagedKvCache& cache = **created;
+  EXPECT_EQ(cache.total_units(), 20);
+  EXPECT_EQ(cache.max_tokens_per_slot(), 300);
+  EXPECT_FALSE(cache.can_allocate(301));
+  const int a = cache.allocate(40);  // 3 blocks
+  EXPECT_EQ(cache.used_units(), 3);
+  EXPECT_TRUE(cache.grow(a, 48));  // still 3
+  EXPECT_EQ(cache.used_units(), 3);
+  EXPECT_TRUE(cache.grow(a, 49));  // 4
+  EXPECT_EQ(cache.used_units(), 4);
+  EXPECT_TRUE(cache.can_allocate(256));   // 16 blocks: 20 in all
+  EXPECT_FALSE(cache.can_allocate(257));  // 17
+  EXPECT_FALSE(cache.grow(a, 301));
+  EXPECT_EQ(cache.used_units(), 4);  // a failed grow changes nothing
+  HybridBatch batch;
+  batch.prefills.push_back({.slot = a, .cached_len = 0, .num_new = 40, .token_offset = 0});
+  ASSERT_TRUE(cache.prepare(batch).ok());
+  EXPECT_EQ(cache.backed_tokens(a), 48);  // 3 blocks; growth beyond is on demand
+  EXPECT_DOUBLE_EQ(cache.usage(), 0.2);
+  cache.free(a);
+  EXPECT_EQ(cache.used_units(), 0);
+  EXPECT_EQ(cache.num_free_slots(), 8);
+  EXPECT_EQ(cache.free_tokens(), 320);
+  EXPECT_TRUE(cache.check_invariants().ok());
+}
+
 TEST(PagedKvCache, AllocatesBlocksAndReportsCapacity) {
   auto created = PagedKvCache::create(small_paged(16, 20));
   ASSERT_TRUE(created.ok()) << created.status().to_string();

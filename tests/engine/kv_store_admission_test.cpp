@@ -1,10 +1,11 @@
 // The scheduler on the real vAttention KV cache (host VMM provider: real
-// mmap/memfd demand paging) and on the paged baseline, through
-// KvStoreCapacity. The model double writes each token into the cache's own
-// memory and derives the next token from what it reads back, so an output
-// equals its solo run only if every promised token was really backed, in the
-// right slot, and survived growth, reclamation and preemption.
-#include "engine/kv_store_capacity.h"
+// mmap/memfd demand paging) and on the paged baseline, admitting against the
+// stores themselves (KvStore implements KvCapacity). The model double writes each token into the
+// cache's own memory and derives the next token from what it reads back, so an output equals its
+// solo run only if every promised token was really backed, in the right slot, and survived growth,
+// reclamation and preemption.
+#include "kvcache/kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -122,7 +123,7 @@ std::vector<std::int32_t> solo(const RequestSpec& spec) {
                                          .growth = kvcache::GrowthMode::synchronous},
                                         provider);
   EXPECT_TRUE(cache.ok());
-  KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+  kvcache::KvStore& capacity = **cache;
   KvMemoryModel model((*cache)->layer_view(0));
   return run({spec}, capacity, model, 2).outputs[0];
 }
@@ -150,7 +151,7 @@ TEST_P(VattnCapacityTest, TightCacheForcesPreemptionAndOutputsMatchSoloRuns) {
                                          .lookahead_tokens = c.lookahead_tokens},
                                         provider);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
-  KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+  kvcache::KvStore& capacity = **cache;
   EXPECT_EQ(capacity.total_units(), 48);
   KvMemoryModel model((*cache)->layer_view(0));
   const std::vector<RequestSpec> specs = workload(40, 77);
@@ -179,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.lookahead_tokens);
     });
 
-TEST(KvStoreCapacity, PromisesCountLookaheadAndHeldPages) {
+TEST(KvStoreAdmission, PromisesCountLookaheadAndHeldPages) {
   auto provider = std::shared_ptr<kvcache::VmmProvider>(
       std::move(kvcache::HostVmmProvider::create(kPageBytes)).value());
   auto cache = kvcache::KvCache::create({.shape = shape(),
@@ -190,7 +191,7 @@ TEST(KvStoreCapacity, PromisesCountLookaheadAndHeldPages) {
                                          .lookahead_tokens = 4},
                                         provider);
   ASSERT_TRUE(cache.ok());
-  KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+  kvcache::KvStore& capacity = **cache;
   ASSERT_EQ(capacity.total_units(), 10);
   // 13 tokens + 4 lookahead = 17 tokens = 5 pages of 4 tokens.
   const int a = capacity.allocate(13);
@@ -219,7 +220,7 @@ TEST(KvStoreCapacity, PromisesCountLookaheadAndHeldPages) {
   EXPECT_DOUBLE_EQ(capacity.usage(), 0.6);
 }
 
-TEST(KvStoreCapacity, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
+TEST(KvStoreAdmission, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
   auto provider = std::shared_ptr<kvcache::VmmProvider>(
       std::move(kvcache::HostVmmProvider::create(kPageBytes)).value());
   auto cache = kvcache::KvCache::create({.shape = shape(),
@@ -230,7 +231,7 @@ TEST(KvStoreCapacity, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
                                          .lookahead_tokens = 0},
                                         provider);
   ASSERT_TRUE(cache.ok());
-  KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+  kvcache::KvStore& capacity = **cache;
   const int a = capacity.allocate(40);  // a 40-token prompt: 10 pages promised
   EXPECT_EQ(capacity.used_units(), 10);
   HybridBatch batch;
@@ -253,14 +254,14 @@ TEST(KvStoreCapacity, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
   EXPECT_EQ((*cache)->backed_tokens(a), 44);
 }
 
-TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
+TEST(KvStoreAdmission, PagedBaselineUnderTheSameWorkload) {
   auto cache = kvcache::PagedKvCache::create({.shape = shape(),
                                               .block_size = 16,
                                               .max_slots = 24,
                                               .max_ctx = 128,
                                               .memory_bytes = 12 * 16 * kHeadDim * 4 * 2});
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
-  KvStoreCapacity capacity(**cache, paged_geometry(**cache), nullptr);
+  kvcache::KvStore& capacity = **cache;
   EXPECT_EQ(capacity.total_units(), 12);  // 192 tokens
   // The paged cache's memory is not a strided view: run the hash model double
   // on its own slot memory, checking the scheduler's promises via prepare().
@@ -268,7 +269,7 @@ TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
   memory.tokens.assign(24, {});
   class WipingCapacity final : public KvCapacity {
    public:
-    WipingCapacity(KvStoreCapacity& inner, testing::SlotMemory& memory)
+    WipingCapacity(kvcache::KvStore& inner, testing::SlotMemory& memory)
         : inner_(inner), memory_(memory) {}
     int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
     std::int64_t capacity_tokens() const override { return inner_.capacity_tokens(); }
@@ -283,7 +284,7 @@ TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
     double usage() const override { return inner_.usage(); }
 
    private:
-    KvStoreCapacity& inner_;
+    kvcache::KvStore& inner_;
     testing::SlotMemory& memory_;
   } wiping(capacity, memory);
   testing::HashModel model(&memory, kVocab);
@@ -298,7 +299,7 @@ TEST(KvStoreCapacity, PagedBaselineUnderTheSameWorkload) {
 // Forwards everything but the admission hint: the engine without eager allocation.
 class NoHintCapacity final : public KvCapacity {
  public:
-  explicit NoHintCapacity(KvStoreCapacity& inner) : inner_(inner) {}
+  explicit NoHintCapacity(kvcache::KvStore& inner) : inner_(inner) {}
   int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
   std::int64_t capacity_tokens() const override { return inner_.capacity_tokens(); }
   bool can_allocate(int n) const override { return inner_.can_allocate(n); }
@@ -309,7 +310,7 @@ class NoHintCapacity final : public KvCapacity {
   double usage() const override { return inner_.usage(); }
 
  private:
-  KvStoreCapacity& inner_;
+  kvcache::KvStore& inner_;
 };
 
 // A step whose kernels outlast the background mapping (as on the GPU, where a
@@ -329,7 +330,7 @@ class SlowStepModel final : public ModelExecutor {
   KvMemoryModel inner_;
 };
 
-TEST(KvStoreCapacity, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
+TEST(KvStoreAdmission, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
   // Prompts that grow, so no released slot ever covers the next request and
   // each admission needs new pages; each takes the rest of a 48-token budget.
   std::vector<RequestSpec> specs;
@@ -358,7 +359,7 @@ TEST(KvStoreCapacity, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
                                            .lookahead_tokens = 8},
                                           provider);
     EXPECT_TRUE(cache.ok());
-    KvStoreCapacity capacity(**cache, vattn_geometry(**cache), nullptr);
+    kvcache::KvStore& capacity = **cache;
     NoHintCapacity no_hints(capacity);
     SlowStepModel model(**cache);
     Run r;
@@ -389,7 +390,7 @@ TEST(KvStoreCapacity, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
 // with hints that are sometimes right and sometimes wrong, in a tight pool:
 // every prepare() succeeds (each promised token can be backed), and mapped
 // pages of active slots never exceed the promises.
-TEST(KvStoreCapacity, RandomAdmissionsWithPreMappingKeepPromisesExact) {
+TEST(KvStoreAdmission, RandomAdmissionsWithPreMappingKeepPromisesExact) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -405,7 +406,7 @@ TEST(KvStoreCapacity, RandomAdmissionsWithPreMappingKeepPromisesExact) {
                                           provider);
   ASSERT_TRUE(created.ok());
   kvcache::KvCache& cache = **created;
-  KvStoreCapacity capacity(cache, vattn_geometry(cache), nullptr);
+  kvcache::KvStore& capacity = cache;
   struct Seq {
     int slot;
     int prompt;
