@@ -50,6 +50,7 @@ struct ModelBenchArgs {
   bool fuse = false, no_fuse_logits = false, pdl = false, pdl_early = false;
   int gemv_max_rows = kernels::kMaxGemvRows;
   std::string tuning_batches = "1,2,4";
+  attention::KernelOptions kernels;  // the attention kernels' variant switches
 };
 
 std::vector<int> parse_list(const std::string& text) {
@@ -430,6 +431,7 @@ void run(const ModelBenchArgs& a) {
                .pdl = a.pdl || a.pdl_early,
                .pdl_early_trigger = a.pdl_early,
                .gemv_max_rows = a.gemv_max_rows};
+  bo.kernels = a.kernels;
   auto backend = ok_or_fail(model::make_cuda_backend(bo));
   const auto load_start = std::chrono::steady_clock::now();
   auto m = ok_or_fail(model::Model::load(
@@ -673,6 +675,7 @@ void add_model_bench(CLI::App& bench) {
   cmd->add_option("--tuning-batches", a->tuning_batches,
                   "Batch sizes of the decode-tuning comparison (empty: none)")
       ->capture_default_str();
+  add_kernel_option_flags(*cmd, a->kernels);
   cmd->add_option("--json", a->json, "Write the results as JSON");
   cmd->callback([a] { run(*a); });
 }

@@ -26,6 +26,7 @@
 #include "common/kv_view.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
+#include "kernels/attention/attention.h"
 #include "kernels/gemm/gemv.h"
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
@@ -307,6 +308,9 @@ struct CudaBackendOptions {
   bool gemv = true;
   // Decode fusions and programmatic dependent launch (see DecodeTuning).
   DecodeTuning decode{};
+  // The attention kernels' variant switches (benchmarks compare them; the
+  // defaults are the kernels the plan is measured with).
+  attention::KernelOptions kernels{};
   // Step graphs kept at most (least recently used evicted).
   int max_step_graphs = 128;
   std::size_t gemm_workspace_bytes = 32u << 20;

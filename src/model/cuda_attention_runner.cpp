@@ -73,7 +73,8 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     // POD: the fused prefill+decode kernel for hybrid batches; a prefill-
     // or decode-only step runs the serial kernels (the same plan as serial).
     if (!pod_device_) {
-      VPOD_ASSIGN_OR_RETURN(pod_device_, attention::query_pod_device(dims));
+      VPOD_ASSIGN_OR_RETURN(pod_device_,
+                            attention::query_pod_device(dims, options_.kernels.wgmma_prefill));
       VPOD_ASSIGN_OR_RETURN(pod_counters_, attention::PodCounters::create(stream_));
     }
     const bool hybrid = !step.batch->prefills.empty() && !step.batch->decodes.empty();
@@ -81,11 +82,14 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
     pod_options.device = *pod_device_;
     pod_options.decode_deep = !paged_kv;
-    VPOD_ASSIGN_OR_RETURN(plan.pod, attention::PodPlan::create(*step.batch, dims, pod_options));
+    pod_options.kernels = options_.kernels;
+    VPOD_RETURN_IF_ERROR(plan.pod.build(*step.batch, dims, pod_options));
+    plan.kind = StepPlan::Kind::pod;
   } else {
-    VPOD_ASSIGN_OR_RETURN(plan.serial,
-                          attention::AttentionPlan::create(
-                              *step.batch, dims, {.num_sms = num_sms_, .decode_deep = !paged_kv}));
+    VPOD_RETURN_IF_ERROR(plan.serial.build(
+        *step.batch, dims,
+        {.num_sms = num_sms_, .decode_deep = !paged_kv, .kernels = options_.kernels}));
+    plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();
   bool moved = false;
@@ -112,10 +116,10 @@ template <typename Kv>
 Status AttentionRunner::run_kernels(const StepPlan& plan, const TensorView& q, const Kv& kv,
                                     float scale, const TensorView& out) {
   const attention::AttentionBuffers buffers = plan.buffers();
-  if (plan.pod) {
-    return launch_pod(*plan.pod, buffers, *pod_counters_, q, kv, out, scale, stream_);
+  if (plan.kind == StepPlan::Kind::pod) {
+    return launch_pod(plan.pod, buffers, *pod_counters_, q, kv, out, scale, stream_);
   }
-  const attention::AttentionPlan& work = *plan.serial;
+  const attention::AttentionPlan& work = plan.serial;
   if (work.num_prefill_tokens() > 0) {
     VPOD_RETURN_IF_ERROR(launch_prefill(work, buffers, q, kv, out, scale, stream_));
   }

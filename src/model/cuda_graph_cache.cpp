@@ -24,8 +24,8 @@ StepGraphKey make_step_graph_key(const StepTensors& step, const StepPlan& plan,
     key.plan_metadata = plan.metadata.data();
     key.plan_workspace = plan.workspace.data();
   }
-  if (plan.ready && plan.pod) {
-    const attention::PodConfig& pc = plan.pod->config();
+  if (plan.ready && plan.kind == StepPlan::Kind::pod) {
+    const attention::PodConfig& pc = plan.pod.config();
     key.pod_mode = static_cast<int>(pc.mode);
     key.pod_grid = pc.grid;
     key.pod_prefill_ctas = pc.prefill_ctas;

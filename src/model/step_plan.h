@@ -10,7 +10,7 @@
 // it empty; so does the CUDA backend when attention runs on the simple kernel.
 #pragma once
 
-#include <optional>
+#include <cstdint>
 
 #include "cuda/device_buffer.h"
 #include "kernels/attention/attention.h"
@@ -19,14 +19,20 @@
 namespace vpod::model {
 
 struct StepPlan {
+  // Which kernels' plan the step has (none: the simple kernel, or the CPU).
+  enum class Kind : std::uint8_t { none, serial, pod };
+
   // Planned for the current step (Model::forward clears it before planning).
   bool ready = false;
   // The step reads a paged KV cache (the plan leaves out kernels that only
   // pay off on contiguous K/V).
   bool paged_kv = false;
-  // At most one is set: the kernels' plan of the step.
-  std::optional<attention::AttentionPlan> serial;  // --attention serial
-  std::optional<attention::PodPlan> pod;           // --attention pod
+  Kind kind = Kind::none;
+  // The kernels' plans, built into in place each step (their vectors keep
+  // their capacity, so a warmed-up step allocates nothing); `kind` says which
+  // one holds this step's decisions.
+  attention::AttentionPlan serial;  // --attention serial
+  attention::PodPlan pod;           // --attention pod
   // The plan's device copy: work lists (metadata) and split partials
   // (workspace), grow-only across steps.
   cuda::DeviceBuffer metadata;
@@ -34,16 +40,20 @@ struct StepPlan {
 
   // The work lists every launch reads (null: no kernels' plan this step).
   const attention::AttentionPlan* work() const {
-    return pod ? &pod->attention() : serial ? &*serial : nullptr;
+    switch (kind) {
+      case Kind::serial: return &serial;
+      case Kind::pod: return &pod.attention();
+      case Kind::none: break;
+    }
+    return nullptr;
   }
   attention::AttentionBuffers buffers() const {
     return {metadata.data(), metadata.bytes(), workspace.data(), workspace.bytes()};
   }
-  // Forgets the step's decisions, keeps the buffers.
+  // Forgets the step's decisions, keeps the plans' memory and the buffers.
   void clear() {
     ready = false;
-    serial.reset();
-    pod.reset();
+    kind = Kind::none;
   }
 };
 

@@ -35,13 +35,13 @@ TEST(StepGraphKey, NamesEveryLaunchParameter) {
 
   // A serial plan: its work-list sizes are part of the key.
   const HybridBatch batch = decodes(4, 3000);
-  auto serial = attention::AttentionPlan::create(batch, {8, 2, 128, DType::bf16}, {.num_sms = 132});
-  ASSERT_TRUE(serial.ok()) << serial.status().to_string();
-  plan.serial = std::move(serial).value();
+  const Status built = plan.serial.build(batch, {8, 2, 128, DType::bf16}, {.num_sms = 132});
+  ASSERT_TRUE(built.ok()) << built.to_string();
+  plan.kind = StepPlan::Kind::serial;
   const StepGraphKey planned = make_step_graph_key(step, plan, 7);
-  EXPECT_EQ(planned.decode_items, static_cast<int>(plan.serial->decode_items().size()));
-  EXPECT_EQ(planned.decode_combines, static_cast<int>(plan.serial->decode_combines().size()));
-  EXPECT_EQ(planned.partial_rows, plan.serial->partial_rows());
+  EXPECT_EQ(planned.decode_items, static_cast<int>(plan.serial.decode_items().size()));
+  EXPECT_EQ(planned.decode_combines, static_cast<int>(plan.serial.decode_combines().size()));
+  EXPECT_EQ(planned.partial_rows, plan.serial.partial_rows());
   EXPECT_NE(planned, simple);
   // A plan not made for this step does not count.
   plan.ready = false;
