@@ -329,12 +329,10 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   auto run_attention = [&](auto&& kv_of_set, int s) -> Status {
     const auto kv = kv_of_set(s);
     if constexpr (std::is_same_v<std::decay_t<decltype(kv)>, PagedKvView>) {
-      return c.decode
-                 ? attention::paged_decode(*active, buffers, token_view(q[s], dims.num_q_heads), kv,
-                                           token_view(out[s], dims.num_q_heads), scale, stream)
-                 : attention::paged_prefill(*active, buffers, token_view(q[s], dims.num_q_heads),
-                                            kv, token_view(out[s], dims.num_q_heads), scale,
-                                            stream);
+      return c.decode ? attention::decode(*active, buffers, token_view(q[s], dims.num_q_heads), kv,
+                                          token_view(out[s], dims.num_q_heads), scale, stream)
+                      : attention::prefill(*active, buffers, token_view(q[s], dims.num_q_heads), kv,
+                                           token_view(out[s], dims.num_q_heads), scale, stream);
     } else {
       return c.decode ? attention::decode(*active, buffers, token_view(q[s], dims.num_q_heads), kv,
                                           token_view(out[s], dims.num_q_heads), scale, stream)
@@ -521,8 +519,8 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
       return kv;
     };
     for (int s = 0; s < sets; ++s) {
-      VPOD_RETURN_IF_ERROR(attention::paged_append_kv(fill_plan, fill_buffers, source_view(k[s]),
-                                                      source_view(v[s]), paged_view(s), stream));
+      VPOD_RETURN_IF_ERROR(attention::append_kv(fill_plan, fill_buffers, source_view(k[s]),
+                                                source_view(v[s]), paged_view(s), stream));
     }
     Row row;
     if (active != &paged_plan && paged_plan.decode_kernel() != contiguous_plan.decode_kernel()) {

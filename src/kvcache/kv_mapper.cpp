@@ -6,19 +6,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace vpod::kvcache {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
 KvMapper::KvMapper(KvMemory& memory, std::int64_t lookahead_tokens)
     : memory_(memory), lookahead_tokens_(lookahead_tokens) {
   const int max_slots = memory.geometry().max_slots;

@@ -9,19 +9,10 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace vpod::kvcache {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
 KvMemory::KvMemory(std::shared_ptr<VmmProvider> provider, const PageGeometry& geometry)
     : provider_(std::move(provider)), geometry_(geometry) {}
 

@@ -12,42 +12,6 @@ namespace vpod::model {
 
 namespace {
 
-// The kernels' launchers as one overload set over the KV view type.
-Status launch_pod(const attention::PodPlan& plan, const attention::AttentionBuffers& buffers,
-                  const attention::PodCounters& counters, const TensorView& q,
-                  const KvLayerView& kv, const TensorView& out, float scale, cudaStream_t stream) {
-  return attention::hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
-}
-Status launch_pod(const attention::PodPlan& plan, const attention::AttentionBuffers& buffers,
-                  const attention::PodCounters& counters, const TensorView& q,
-                  const PagedKvView& kv, const TensorView& out, float scale, cudaStream_t stream) {
-  return attention::paged_hybrid_attention(plan, buffers, counters, q, kv, out, scale, stream);
-}
-Status launch_prefill(const attention::AttentionPlan& plan,
-                      const attention::AttentionBuffers& buffers, const TensorView& q,
-                      const KvLayerView& kv, const TensorView& out, float scale,
-                      cudaStream_t stream) {
-  return attention::prefill(plan, buffers, q, kv, out, scale, stream);
-}
-Status launch_prefill(const attention::AttentionPlan& plan,
-                      const attention::AttentionBuffers& buffers, const TensorView& q,
-                      const PagedKvView& kv, const TensorView& out, float scale,
-                      cudaStream_t stream) {
-  return attention::paged_prefill(plan, buffers, q, kv, out, scale, stream);
-}
-Status launch_decode(const attention::AttentionPlan& plan,
-                     const attention::AttentionBuffers& buffers, const TensorView& q,
-                     const KvLayerView& kv, const TensorView& out, float scale,
-                     cudaStream_t stream) {
-  return attention::decode(plan, buffers, q, kv, out, scale, stream);
-}
-Status launch_decode(const attention::AttentionPlan& plan,
-                     const attention::AttentionBuffers& buffers, const TensorView& q,
-                     const PagedKvView& kv, const TensorView& out, float scale,
-                     cudaStream_t stream) {
-  return attention::paged_decode(plan, buffers, q, kv, out, scale, stream);
-}
-
 // Buffers grow to twice the need (at least 64 KiB), so growth stays rare.
 constexpr std::size_t kMinPlanBufferBytes = std::size_t{1} << 16;
 
@@ -117,14 +81,15 @@ Status AttentionRunner::run_kernels(const StepPlan& plan, const TensorView& q, c
                                     float scale, const TensorView& out) {
   const attention::AttentionBuffers buffers = plan.buffers();
   if (plan.kind == StepPlan::Kind::pod) {
-    return launch_pod(plan.pod, buffers, *pod_counters_, q, kv, out, scale, stream_);
+    return attention::hybrid_attention(plan.pod, buffers, *pod_counters_, q, kv, out, scale,
+                                       stream_);
   }
   const attention::AttentionPlan& work = plan.serial;
   if (work.num_prefill_tokens() > 0) {
-    VPOD_RETURN_IF_ERROR(launch_prefill(work, buffers, q, kv, out, scale, stream_));
+    VPOD_RETURN_IF_ERROR(attention::prefill(work, buffers, q, kv, out, scale, stream_));
   }
   if (work.num_decode_tokens() > 0) {
-    VPOD_RETURN_IF_ERROR(launch_decode(work, buffers, q, kv, out, scale, stream_));
+    VPOD_RETURN_IF_ERROR(attention::decode(work, buffers, q, kv, out, scale, stream_));
   }
   return {};
 }

@@ -161,8 +161,8 @@ class PodRun {
     // Append the step's K/V once (both modes read the same cache).
     const Status appended =
         testing::is_paged(layout)
-            ? paged_append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
-                              view(v_new_, dims.num_kv_heads), paged_kv(), stream_.get())
+            ? append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
+                        view(v_new_, dims.num_kv_heads), paged_kv(), stream_.get())
             : append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
                         view(v_new_, dims.num_kv_heads), kv(), stream_.get());
     EXPECT_TRUE(appended.ok()) << appended.to_string();
@@ -197,8 +197,8 @@ class PodRun {
     auto launch = [&] {
       const Status s =
           testing::is_paged(cache_.layout)
-              ? paged_pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), paged_kv(),
-                          view(out_, dims_.num_q_heads), scale(), stream_.get(), trace)
+              ? pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), paged_kv(),
+                    view(out_, dims_.num_q_heads), scale(), stream_.get(), trace)
               : pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), kv(),
                     view(out_, dims_.num_q_heads), scale(), stream_.get(), trace);
       EXPECT_TRUE(s.ok()) << s.to_string();
@@ -220,10 +220,10 @@ class PodRun {
     const AttentionPlan& ap = plan_->attention();
     const auto q = view(q_, dims_.num_q_heads), out = view(out_, dims_.num_q_heads);
     const bool paged = testing::is_paged(cache_.layout);
-    const Status p = paged ? paged_prefill(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
+    const Status p = paged ? prefill(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
                            : prefill(ap, buffers_, q, kv(), out, scale(), stream_.get());
     EXPECT_TRUE(p.ok()) << p.to_string();
-    const Status d = paged ? paged_decode(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
+    const Status d = paged ? decode(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
                            : decode(ap, buffers_, q, kv(), out, scale(), stream_.get());
     EXPECT_TRUE(d.ok()) << d.to_string();
     return finish();

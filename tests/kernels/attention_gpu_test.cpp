@@ -157,9 +157,9 @@ class GpuAttention {
       if (testing::is_paged(host_.layout)) {
         const PagedKvView kv =
             host_.paged_view(k_.data(), v_.data(), table_.as<const std::int32_t>(), Device::cuda);
-        EXPECT_TRUE(paged_append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());
-        EXPECT_TRUE(paged_prefill(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
-        EXPECT_TRUE(paged_decode(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+        EXPECT_TRUE(append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());
+        EXPECT_TRUE(prefill(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
+        EXPECT_TRUE(decode(plan, buffers, q_view, kv, out_view, scale, stream_.get()).ok());
       } else {
         const KvLayerView kv = host_.view(k_.data(), v_.data(), Device::cuda);
         EXPECT_TRUE(append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());

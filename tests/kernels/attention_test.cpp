@@ -727,7 +727,7 @@ TEST(AttentionLaunchTest, RejectsMismatchedKv) {
 TEST(AttentionLaunchTest, RejectsMismatchedPagedKv) {
   LaunchFixture f;
   auto run = [&](const PagedKvView& kv) {
-    return paged_prefill(f.plan, f.buffers, f.q, kv, f.out, 0.1f, nullptr).code();
+    return prefill(f.plan, f.buffers, f.q, kv, f.out, 0.1f, nullptr).code();
   };
   PagedKvView kv = f.paged;
   kv.block_size = 24;

@@ -3,7 +3,8 @@
 // One engine step:
 //   1. plan.build(batch, dims, {.num_sms = gpu.sm_count});   (CPU, once; reuses the plan's memory)
 //   2. plan.upload(buffers, stream);                          (once per step)
-//   3. per layer: append_kv(...); prefill(...); decode(...);   (or paged_* on a block table)
+//   3. per layer: append_kv(...); prefill(...); decode(...);   (each overloaded on the
+//      KV view: KvLayerView, or PagedKvView for a block table)
 // The plan holds every tile, split and combine decision for the step; every
 // layer reuses it. Launchers validate shapes, strides and dtypes and return a
 // Status on a mismatch; they allocate nothing (metadata and workspace come in
@@ -231,25 +232,25 @@ class AttentionPlan {
 Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
                  const TensorView& k_new, const TensorView& v_new, const KvLayerView& kv,
                  cudaStream_t stream);
-Status paged_append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
-                       const TensorView& k_new, const TensorView& v_new, const PagedKvView& kv,
-                       cudaStream_t stream);
+Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                 const TensorView& k_new, const TensorView& v_new, const PagedKvView& kv,
+                 cudaStream_t stream);
 
 // Attention of the prefill chunks' queries (rows [0, num_prefill_tokens) of q
 // and out). softmax_scale is usually 1/sqrt(head_dim); it must be > 0.
 Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
                const KvLayerView& kv, const TensorView& out, float softmax_scale,
                cudaStream_t stream);
-Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
-                     const TensorView& q, const PagedKvView& kv, const TensorView& out,
-                     float softmax_scale, cudaStream_t stream);
+Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+               const PagedKvView& kv, const TensorView& out, float softmax_scale,
+               cudaStream_t stream);
 
 // Attention of the decodes' queries (the last num_decode_tokens rows).
 Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
               const KvLayerView& kv, const TensorView& out, float softmax_scale,
               cudaStream_t stream);
-Status paged_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-                    const PagedKvView& kv, const TensorView& out, float softmax_scale,
-                    cudaStream_t stream);
+Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+              const PagedKvView& kv, const TensorView& out, float softmax_scale,
+              cudaStream_t stream);
 
 }  // namespace vpod::attention

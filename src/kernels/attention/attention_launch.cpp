@@ -277,9 +277,9 @@ Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
   return run_append(plan, buffers, k_new, v_new, detail::contiguous_addressing(kv), stream);
 }
 
-Status paged_append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
-                       const TensorView& k_new, const TensorView& v_new, const PagedKvView& kv,
-                       cudaStream_t stream) {
+Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                 const TensorView& k_new, const TensorView& v_new, const PagedKvView& kv,
+                 cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_append_inputs(plan, buffers, k_new, v_new));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
   return run_append(plan, buffers, k_new, v_new, detail::paged_addressing(kv), stream);
@@ -295,9 +295,9 @@ Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const
                      stream);
 }
 
-Status paged_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers,
-                     const TensorView& q, const PagedKvView& kv, const TensorView& out,
-                     float softmax_scale, cudaStream_t stream) {
+Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+               const PagedKvView& kv, const TensorView& out, float softmax_scale,
+               cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
   return run_prefill(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv),
@@ -313,9 +313,9 @@ Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const 
                     stream);
 }
 
-Status paged_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-                    const PagedKvView& kv, const TensorView& out, float softmax_scale,
-                    cudaStream_t stream) {
+Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
+              const PagedKvView& kv, const TensorView& out, float softmax_scale,
+              cudaStream_t stream) {
   VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
   return run_decode(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv), stream);

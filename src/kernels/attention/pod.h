@@ -195,17 +195,16 @@ struct PodTrace {
 Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
            const TensorView& q, const KvLayerView& kv, const TensorView& out, float softmax_scale,
            cudaStream_t stream, const PodTrace& trace = {});
-Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
-                 const TensorView& q, const PagedKvView& kv, const TensorView& out,
-                 float softmax_scale, cudaStream_t stream, const PodTrace& trace = {});
+Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+           const TensorView& q, const PagedKvView& kv, const TensorView& out, float softmax_scale,
+           cudaStream_t stream, const PodTrace& trace = {});
 
 // The step's attention in the plan's mode: pod(), or prefill() then decode().
 Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
                         const PodCounters& counters, const TensorView& q, const KvLayerView& kv,
                         const TensorView& out, float softmax_scale, cudaStream_t stream);
-Status paged_hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
-                              const PodCounters& counters, const TensorView& q,
-                              const PagedKvView& kv, const TensorView& out, float softmax_scale,
-                              cudaStream_t stream);
+Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                        const PodCounters& counters, const TensorView& q, const PagedKvView& kv,
+                        const TensorView& out, float softmax_scale, cudaStream_t stream);
 
 }  // namespace vpod::attention

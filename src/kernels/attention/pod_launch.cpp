@@ -167,14 +167,13 @@ Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounte
                  maps, stream, trace);
 }
 
-Status paged_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
-                 const TensorView& q, const PagedKvView& kv, const TensorView& out,
-                 float softmax_scale, cudaStream_t stream, const PodTrace& trace) {
+Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
+           const TensorView& q, const PagedKvView& kv, const TensorView& out, float softmax_scale,
+           cudaStream_t stream, const PodTrace& trace) {
   VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
   if (!plan.config().fused) {  // the serial fallback
-    VPOD_RETURN_IF_ERROR(
-        paged_prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
-    return paged_decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
+    VPOD_RETURN_IF_ERROR(prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
+    return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
   }
   VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan.attention()));
   VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
@@ -192,15 +191,14 @@ Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
   return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
 }
 
-Status paged_hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
-                              const PodCounters& counters, const TensorView& q,
-                              const PagedKvView& kv, const TensorView& out, float softmax_scale,
-                              cudaStream_t stream) {
+Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
+                        const PodCounters& counters, const TensorView& q, const PagedKvView& kv,
+                        const TensorView& out, float softmax_scale, cudaStream_t stream) {
   if (plan.mode() == AttentionMode::pod) {
-    return paged_pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);
+    return pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);
   }
-  VPOD_RETURN_IF_ERROR(paged_prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
-  return paged_decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
+  VPOD_RETURN_IF_ERROR(prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
+  return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
 }
 
 }  // namespace vpod::attention
