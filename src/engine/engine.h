@@ -39,6 +39,7 @@
 #include "engine/output_stream.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_timer.h"
 #include "engine/text_decoder.h"
 
 namespace vpod::engine {
@@ -57,6 +58,10 @@ struct EngineConfig {
   // outputs overlaps the next step's forward. The streams are identical
   // either way; off waits for each step right after launching it.
   bool async_scheduling = true;
+  // Every timestamp the engine takes (metrics, step times). Empty:
+  // steady_clock. Tests pass a virtual clock; it is called from the engine
+  // thread and from submit()'s callers.
+  ClockFn clock;
 };
 
 class Engine {
@@ -108,9 +113,15 @@ class Engine {
   // The pipeline: launch marks the step in flight; collect waits for it,
   // commits, ends requests by the token-only stop rules and queues the rest
   // in pending_; process_outputs runs the output work of pending_.
+  const ScheduledStep& schedule(Clock::time_point now);
   Status launch(const ScheduledStep& step);
-  bool collect(StepTimes& times);
+  bool collect(StepTimer& timer);
   void process_outputs();
+  // After the launch: the output work of the collected step, then what the
+  // new step could not do (unschedulable requests, a failed prepare/launch),
+  // releases and gauges.
+  void finish_step(const ScheduledStep& step, const Status& launched, Clock::time_point now);
+  void record_step(const ScheduledStep& step, const StepTimes& times);
 
   struct PendingOutput {
     Request* request = nullptr;

@@ -37,6 +37,7 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
   VPOD_ASSIGN_OR_RETURN(TensorView logits, paged_cache_ != nullptr
                                                ? model_.forward(batch, paged_views_)
                                                : model_.forward(batch, kv_views_));
+  if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();
   for (const SampleSpec& spec : samples) {
