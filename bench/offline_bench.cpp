@@ -84,15 +84,21 @@ std::vector<serve::RequestLengths> make_trace(const Args& a) {
 // Runs `specs` through the engine all at once; returns the makespan in
 // seconds, or fails naming the first request that did not end as asked.
 double run_trace(engine::Engine& engine, std::vector<engine::RequestSpec> specs) {
-  std::mutex mutex;
-  std::condition_variable woken;
-  bool pending = false;
-  const auto wake = [&] {
+  // Shared with the streams' callbacks: the engine thread calls one after it
+  // pushed the final delta, which this thread may already have popped (and
+  // returned), so the state must outlive this call.
+  struct Wake {
+    std::mutex mutex;
+    std::condition_variable woken;
+    bool pending = false;
+  };
+  const auto state = std::make_shared<Wake>();
+  const auto wake = [state] {
     {
-      std::lock_guard lock(mutex);
-      pending = true;
+      std::lock_guard lock(state->mutex);
+      state->pending = true;
     }
-    woken.notify_one();
+    state->woken.notify_one();
   };
   const int n = static_cast<int>(specs.size());
   std::vector<int> expected(n);
@@ -109,9 +115,9 @@ double run_trace(engine::Engine& engine, std::vector<engine::RequestSpec> specs)
   engine::RequestOutput out;
   for (int remaining = n; remaining > 0;) {
     {
-      std::unique_lock lock(mutex);
-      woken.wait_for(lock, std::chrono::milliseconds(50), [&] { return pending; });
-      pending = false;
+      std::unique_lock lock(state->mutex);
+      state->woken.wait_for(lock, std::chrono::milliseconds(50), [&] { return state->pending; });
+      state->pending = false;
     }
     for (int i = 0; i < n; ++i) {
       if (done[i] || !streams[i]->try_pop(out) || !out.finished) continue;
