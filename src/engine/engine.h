@@ -110,9 +110,10 @@ class Engine {
   void release_ended();      // releases the ended requests that are not in flight
   void fail_step(const ScheduledStep& step, const Status& status, Clock::time_point now);
   void update_gauges();
-  // The pipeline: launch marks the step in flight; collect waits for it,
-  // commits, ends requests by the token-only stop rules and queues the rest
-  // in pending_; process_outputs runs the output work of pending_.
+  // The pipeline: schedule releases ended requests and plans the next step;
+  // launch marks it in flight; collect waits for it, commits, ends requests
+  // by the token-only stop rules and queues the rest in pending_;
+  // process_outputs runs the output work of pending_.
   const ScheduledStep& schedule(Clock::time_point now);
   Status launch(const ScheduledStep& step);
   bool collect(StepTimer& timer);
