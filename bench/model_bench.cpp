@@ -27,6 +27,7 @@
 #include "cuda/device_info.h"
 #include "cuda/event.h"
 #include "cuda/stream.h"
+#include "engine/engine_stack.h"
 #include "kernels/gemm/cublaslt.h"
 #include "kernels/gemm/gemv.h"
 #include "kernels/sampling/sampling.h"
@@ -424,7 +425,7 @@ void run(const ModelBenchArgs& a) {
 
   model::CudaBackendOptions bo;
   bo.dtype = ok_or_fail(parse_dtype(a.dtype));
-  if (Status s = model::apply_attention_flag(a.attention, &bo); !s.ok()) fail(s.to_string());
+  engine::apply_attention_choice(ok_or_fail(engine::parse_attention_choice(a.attention)), bo);
   bo.gemv = !a.no_gemv;
   bo.decode = {.fuse = a.fuse,
                .fuse_logits = !a.no_fuse_logits,

@@ -1,7 +1,7 @@
 // `vpod bench offline`: the papers' offline throughput experiment. A static
 // trace of requests is submitted all at once to the engine inside this
-// process (no HTTP: the same stack `vpod serve` assembles, through
-// server::EngineBackend), and the makespan, from the first submission to the
+// process (no HTTP: the engine::EngineStack `vpod serve` runs on), and the
+// makespan, from the first submission to the
 // last request's final token, is measured. The modes are flags, so one binary
 // compares vattn+pod, vattn+serial and paged+serial on the same trace:
 //
@@ -33,7 +33,9 @@
 
 #include "bench/benches.h"
 #include "bench/serve/dataset.h"
-#include "server/engine_backend.h"
+#include "cli/stack_flags.h"
+#include "engine/engine_stack.h"
+#include "tokenizer/tokenizer.h"
 #include "vpod/build_info.h"
 
 namespace vpod::bench {
@@ -43,25 +45,15 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
+  engine::StackOptions stack;
   std::string model;
   std::string trace;
   int input_len = 0;
   int output_len = 0;
   double pd_ratio = 0.0;
   int num_requests = 64;
-  std::string kv_cache = "vattn";
-  std::string kv_layout = "all-layers";
-  std::string attention = "serial";
-  std::string device = "auto";
-  std::string dtype;
-  int max_model_len = 0;
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
-  double gpu_memory_utilization = 0.9;
   std::uint64_t seed = 0;
   std::string json_path;
-  std::string async_scheduling = "on";
-  std::string kv_eager_allocation = "on";
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -91,24 +83,30 @@ std::vector<serve::RequestLengths> make_trace(const Args& a) {
 
 // Runs `specs` through the engine all at once; returns the makespan in
 // seconds, or fails naming the first request that did not end as asked.
-double run_trace(server::EngineBackend& backend, std::vector<engine::RequestSpec> specs) {
-  std::mutex mutex;
-  std::condition_variable woken;
-  bool pending = false;
-  const auto wake = [&] {
+double run_trace(engine::Engine& engine, std::vector<engine::RequestSpec> specs) {
+  // Shared with the streams' callbacks: the engine thread calls one after it
+  // pushed the final delta, which this thread may already have popped (and
+  // returned), so the state must outlive this call.
+  struct Wake {
+    std::mutex mutex;
+    std::condition_variable woken;
+    bool pending = false;
+  };
+  const auto state = std::make_shared<Wake>();
+  const auto wake = [state] {
     {
-      std::lock_guard lock(mutex);
-      pending = true;
+      std::lock_guard lock(state->mutex);
+      state->pending = true;
     }
-    woken.notify_one();
+    state->woken.notify_one();
   };
   const int n = static_cast<int>(specs.size());
   std::vector<int> expected(n);
-  std::vector<std::unique_ptr<server::GenerationStream>> streams(n);
+  std::vector<std::shared_ptr<engine::RequestStream>> streams(n);
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < n; ++i) {
     expected[i] = specs[i].stop.max_tokens;
-    auto stream = backend.submit(std::move(specs[i]), wake);
+    auto stream = engine.submit(std::move(specs[i]), wake);
     if (!stream.ok()) fail(fmt::format("request {}: {}", i, stream.status().to_string()));
     streams[i] = std::move(stream).value();
   }
@@ -117,9 +115,9 @@ double run_trace(server::EngineBackend& backend, std::vector<engine::RequestSpec
   engine::RequestOutput out;
   for (int remaining = n; remaining > 0;) {
     {
-      std::unique_lock lock(mutex);
-      woken.wait_for(lock, std::chrono::milliseconds(50), [&] { return pending; });
-      pending = false;
+      std::unique_lock lock(state->mutex);
+      state->woken.wait_for(lock, std::chrono::milliseconds(50), [&] { return state->pending; });
+      state->pending = false;
     }
     for (int i = 0; i < n; ++i) {
       if (done[i] || !streams[i]->try_pop(out) || !out.finished) continue;
@@ -170,31 +168,22 @@ void run(const Args& a) {
     longest = std::max(longest, l.input_len + l.output_len);
   }
 
-  server::EngineBackendOptions options;
+  engine::StackOptions options = a.stack;
   options.model_dir = a.model;
-  options.device = a.device;
-  options.dtype = a.dtype;
-  options.max_model_len = a.max_model_len > 0 ? a.max_model_len : longest;
-  options.max_num_seqs = a.max_num_seqs;
-  options.max_num_batched_tokens = a.max_num_batched_tokens;
-  options.gpu_memory_utilization = a.gpu_memory_utilization;
-  options.kv_cache = a.kv_cache;
-  options.kv_layout = a.kv_layout;
-  options.attention = a.attention;
+  if (options.max_model_len == 0) options.max_model_len = longest;
   options.seed = a.seed;
-  options.async_scheduling = a.async_scheduling == "on";
-  options.kv_eager_allocation = a.kv_eager_allocation == "on";
   const Clock::time_point load_start = Clock::now();
-  auto loaded = server::EngineBackend::load(options);
+  auto loaded = engine::EngineStack::build(options);
   if (!loaded.ok()) fail(loaded.status().to_string());
-  server::EngineBackend& backend = **loaded;
+  engine::EngineStack& stack = **loaded;
+  engine::Engine& engine = stack.engine();
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  std::fprintf(stderr, "[bench offline] %s (loaded in %.1f s)\n", backend.summary().c_str(),
-               load_s);
+  std::fprintf(stderr, "[bench offline] %s (loaded in %.1f s)\n", stack.summary().c_str(), load_s);
 
   // Prompt ids: drawn from what the model's tokenizer makes of a sample text,
   // as `vpod bench serve` does (any valid ids would do for throughput).
-  auto sample = backend.tokenize(serve::kVocabularySampleText, /*add_special_tokens=*/false);
+  auto sample =
+      stack.tokenizer()->encode(serve::kVocabularySampleText, /*add_special_tokens=*/false);
   if (!sample.ok() || sample->empty()) {
     fail("cannot tokenize the sample text: " +
          (sample.ok() ? std::string("no ids") : sample.status().to_string()));
@@ -204,11 +193,11 @@ void run(const Args& a) {
 
   // Warm-up (lazy initialisation, first kernel launches), outside the timing.
   const serve::RequestLengths warm{std::min(256, lengths[0].input_len), 4};
-  run_trace(backend, make_specs({warm}, pool, a.seed + 1));
+  run_trace(engine, make_specs({warm}, pool, a.seed + 1));
 
-  const engine::MetricsSnapshot before = backend.metrics();
-  const double makespan_s = run_trace(backend, make_specs(lengths, pool, a.seed));
-  const engine::MetricsSnapshot after = backend.metrics();
+  const engine::MetricsSnapshot before = engine.metrics();
+  const double makespan_s = run_trace(engine, make_specs(lengths, pool, a.seed));
+  const engine::MetricsSnapshot after = engine.metrics();
 
   const auto steps = static_cast<double>(after.num_steps - before.num_steps);
   const double forward_s = after.step_time_total.forward_s - before.step_time_total.forward_s;
@@ -231,7 +220,11 @@ void run(const Args& a) {
                 static_cast<double>(hybrid_steps)
           : 0.0;
   const int n = static_cast<int>(lengths.size());
-  const std::string mode = a.kv_cache + "+" + a.attention;
+  const std::string kv_cache(engine::kv_cache_kind_name(options.kv_cache));
+  const std::string attention(engine::attention_choice_name(options.attention));
+  const std::string async_scheduling = options.async_scheduling ? "on" : "off";
+  const std::string kv_eager_allocation = options.kv_eager_allocation ? "on" : "off";
+  const std::string mode = kv_cache + "+" + attention;
   const std::string model_name = std::filesystem::path(a.model).filename().string();
 
   std::string table = fmt::format("{:=^50}\n", " Offline Benchmark Result ");
@@ -255,8 +248,9 @@ void run(const Args& a) {
   row("Mean decodes per hybrid step:", fmt::format("{:.1f}", hybrid_decodes));
   row("Step time: forward / KV prepare (s):", fmt::format("{:.3f} / {:.3f}", forward_s, prepare_s));
   row("Step time: schedule / commit (s):", fmt::format("{:.3f} / {:.3f}", schedule_s, commit_s));
-  row("Async scheduling:", a.async_scheduling);
-  if (a.kv_cache == "vattn") row("KV eager allocation:", a.kv_eager_allocation);
+  row("Async scheduling:", async_scheduling);
+  if (options.kv_cache == engine::KvCacheKind::vattn)
+    row("KV eager allocation:", kv_eager_allocation);
   row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
   row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
@@ -271,10 +265,10 @@ void run(const Args& a) {
     j["model"] = a.model;
     j["model_name"] = model_name;
     j["mode"] = mode;
-    j["kv_cache"] = a.kv_cache;
-    j["kv_layout"] = a.kv_layout;
-    j["attention"] = a.attention;
-    j["backend"] = backend.summary();
+    j["kv_cache"] = kv_cache;
+    j["kv_layout"] = std::string(kvcache::kv_layout_name(options.kv_layout));
+    j["attention"] = attention;
+    j["backend"] = stack.summary();
     j["trace"] = a.trace.empty() ? json(nullptr) : json(a.trace);
     j["num_requests"] = n;
     j["input_len"] = a.trace.empty() ? json(a.input_len) : json(nullptr);
@@ -282,8 +276,8 @@ void run(const Args& a) {
     j["pd_ratio"] = a.pd_ratio > 0 ? json(a.pd_ratio) : json(nullptr);
     j["prompt_tokens"] = prompt_tokens;
     j["output_tokens"] = output_tokens;
-    j["max_num_seqs"] = a.max_num_seqs;
-    j["max_num_batched_tokens"] = a.max_num_batched_tokens;
+    j["max_num_seqs"] = options.max_num_seqs;
+    j["max_num_batched_tokens"] = options.max_num_batched_tokens;
     j["load_s"] = load_s;
     j["makespan_s"] = makespan_s;
     j["requests_per_s"] = n / makespan_s;
@@ -299,8 +293,8 @@ void run(const Args& a) {
     j["prepare_s"] = prepare_s;
     j["schedule_s"] = schedule_s;
     j["commit_s"] = commit_s;
-    j["async_scheduling"] = a.async_scheduling;
-    j["kv_eager_allocation"] = a.kv_eager_allocation;
+    j["async_scheduling"] = async_scheduling;
+    j["kv_eager_allocation"] = kv_eager_allocation;
     j["host_hidden_s"] = hidden_s;
     j["host_exposed_s"] = exposed_s;
     j["wait_s"] = wait_s;
@@ -312,6 +306,8 @@ void run(const Args& a) {
 }
 
 }  // namespace
+
+using cli::add_stack_flags;
 
 void add_offline_bench(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
@@ -325,36 +321,10 @@ void add_offline_bench(CLI::App& bench) {
   cmd->add_option("--pd-ratio", a->pd_ratio, "Prompt / output tokens (instead of --output-len)");
   cmd->add_option("--num-requests", a->num_requests, "Requests (no --trace)")
       ->capture_default_str();
-  cmd->add_option("--kv-cache", a->kv_cache, "vattn or paged")
-      ->check(CLI::IsMember({"vattn", "paged"}))
-      ->capture_default_str();
-  cmd->add_option("--kv-layout", a->kv_layout, "all-layers or per-layer (vattn)")
-      ->capture_default_str();
-  cmd->add_option("--attention", a->attention, "pod or serial")
-      ->check(CLI::IsMember({"pod", "serial", "simple"}))
-      ->capture_default_str();
-  cmd->add_option("--device", a->device, "auto, cuda or cpu")->capture_default_str();
-  cmd->add_option("--dtype", a->dtype, "bf16, fp16 or fp32 (default: the model's)");
-  cmd->add_option("--max-model-len", a->max_model_len,
-                  "Longest request (default: the trace's longest)");
-  cmd->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per step")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
-                  "Token budget per step (the prefill chunk size)")
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                  "Fraction of GPU memory for weights, activations and KV")
-      ->capture_default_str();
+  add_stack_flags(*cmd, a->stack);
+  cmd->get_option("--max-model-len")->description("Longest request (default: the trace's longest)");
   cmd->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
   cmd->add_option("--json", a->json_path, "Write the result as JSON");
-  cmd->add_option("--async-scheduling", a->async_scheduling,
-                  "on: a step's output work overlaps the next step's forward; off: synchronous")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--kv-eager-allocation", a->kv_eager_allocation,
-                  "vattn: on maps the next admitted request's first chunk while steps run; off "
-                  "maps it when the request is admitted")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
   cmd->callback([a] { run(*a); });
 }
 

@@ -9,8 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/serve/sse.h"
-
 namespace vpod::bench::serve {
 namespace {
 
@@ -152,6 +150,56 @@ Result<std::string> OpenAiClient::metrics_text() const {
   return res->body;
 }
 
+bool StreamMeter::feed(std::string_view data, Clock::time_point now) {
+  parser_.feed(data, [&](std::string_view event) {
+    if (!stream_error_.empty()) return;
+    Result<StreamChunk> chunk = parse_stream_chunk(event, endpoint_);
+    if (!chunk.ok()) {
+      stream_error_ = chunk.status().message();
+      return;
+    }
+    if (chunk->error) {
+      stream_error_ = "server error in stream: " + *chunk->error;
+      return;
+    }
+    if (chunk->has_choices) {
+      if (!first_chunk_) {
+        first_chunk_ = true;
+        ttft_s_ = std::chrono::duration<double>(now - start_).count();
+      } else {
+        itl_s_.push_back(std::chrono::duration<double>(now - last_chunk_).count());
+      }
+      last_chunk_ = now;
+      ++num_content_chunks_;
+    }
+    if (chunk->prompt_tokens) usage_prompt_ = chunk->prompt_tokens;
+    if (chunk->completion_tokens) usage_completion_ = chunk->completion_tokens;
+  });
+  return stream_error_.empty();
+}
+
+void StreamMeter::finish(RequestResult& result) const {
+  if (!stream_error_.empty()) {
+    result.error = stream_error_;
+    return;
+  }
+  if (!first_chunk_) {
+    result.error = "the stream carried no chunk with choices (no first token)";
+    return;
+  }
+  result.success = true;
+  result.ttft_s = ttft_s_;
+  result.itl_s = itl_s_;
+  result.latency_s = std::chrono::duration<double>(last_chunk_ - start_).count();
+  if (usage_completion_) {
+    result.output_tokens = *usage_completion_;
+    result.output_tokens_from_usage = true;
+  } else {
+    result.output_tokens = num_content_chunks_;
+  }
+  if (usage_prompt_) result.prompt_len = *usage_prompt_;
+}
+
 RequestResult OpenAiClient::stream(const StreamRequest& request) const {
   RequestResult result;
   result.prompt_len = static_cast<int>(request.prompt_ids.size());
@@ -169,18 +217,11 @@ RequestResult OpenAiClient::stream(const StreamRequest& request) const {
 
   int status = 0;
   std::string error_body;
-  SseParser parser;
-  bool first_chunk = false;
-  int num_content_chunks = 0;
-  std::optional<int> usage_prompt, usage_completion;
-  std::string stream_error;
-  Clock::time_point last_chunk;
-
   http.response_handler = [&](const httplib::Response& response) {
     status = response.status;
     return true;
   };
-  const Clock::time_point start = Clock::now();
+  StreamMeter meter(request.endpoint, Clock::now());
   http.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
     const Clock::time_point now = Clock::now();
     if (status != 200) {
@@ -188,36 +229,12 @@ RequestResult OpenAiClient::stream(const StreamRequest& request) const {
                         std::min(size, kMaxErrorBody - std::min(kMaxErrorBody, error_body.size())));
       return true;
     }
-    parser.feed(std::string_view(data, size), [&](std::string_view event) {
-      if (!stream_error.empty()) return;
-      Result<StreamChunk> chunk = parse_stream_chunk(event, request.endpoint);
-      if (!chunk.ok()) {
-        stream_error = chunk.status().message();
-        return;
-      }
-      if (chunk->error) {
-        stream_error = "server error in stream: " + *chunk->error;
-        return;
-      }
-      if (chunk->has_choices) {
-        if (!first_chunk) {
-          first_chunk = true;
-          result.ttft_s = std::chrono::duration<double>(now - start).count();
-        } else {
-          result.itl_s.push_back(std::chrono::duration<double>(now - last_chunk).count());
-        }
-        last_chunk = now;
-        ++num_content_chunks;
-      }
-      if (chunk->prompt_tokens) usage_prompt = chunk->prompt_tokens;
-      if (chunk->completion_tokens) usage_completion = chunk->completion_tokens;
-    });
-    return stream_error.empty();  // stop reading a broken stream
+    return meter.feed(std::string_view(data, size), now);  // stop reading a broken stream
   };
 
   const httplib::Result res = client->send(http);
-  if (!stream_error.empty()) {
-    result.error = stream_error;
+  if (!meter.stream_error().empty()) {
+    result.error = meter.stream_error();
     return result;
   }
   if (!res) {
@@ -228,19 +245,7 @@ RequestResult OpenAiClient::stream(const StreamRequest& request) const {
     result.error = describe_http_error(status, error_body);
     return result;
   }
-  if (!first_chunk) {
-    result.error = "the stream carried no chunk with choices (no first token)";
-    return result;
-  }
-  result.success = true;
-  result.latency_s = std::chrono::duration<double>(last_chunk - start).count();
-  if (usage_completion) {
-    result.output_tokens = *usage_completion;
-    result.output_tokens_from_usage = true;
-  } else {
-    result.output_tokens = num_content_chunks;
-  }
-  if (usage_prompt) result.prompt_len = *usage_prompt;
+  meter.finish(result);
   return result;
 }
 

@@ -3,13 +3,17 @@
 // threads never share state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/serve/metrics.h"
 #include "bench/serve/openai_stream.h"
+#include "bench/serve/sse.h"
 #include "common/status.h"
 
 namespace vpod::bench::serve {
@@ -22,6 +26,36 @@ struct ServerAddress {
 // "http://127.0.0.1:8000" or "http://host:8000/prefix"; a trailing "/v1" is
 // dropped, since the routes are appended with it.
 Result<ServerAddress> parse_base_url(std::string_view url);
+
+// What the client measures of one streamed completion, from the body's bytes
+// and the times they arrived: TTFT (the first chunk with choices), the gaps
+// between such chunks (ITL), latency (to the last one) and the usage counts.
+// The caller passes the receipt times, so the measurement is tested with
+// exact times and no server.
+class StreamMeter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StreamMeter(Endpoint endpoint, Clock::time_point start) : endpoint_(endpoint), start_(start) {}
+  // Body bytes received at `now`. False once the stream is broken (malformed
+  // or an error event): stop reading.
+  bool feed(std::string_view data, Clock::time_point now);
+  // The measurement, or why there is none (broken stream, no chunk with
+  // choices). prompt_len is replaced by usage.prompt_tokens when reported.
+  void finish(RequestResult& result) const;
+  const std::string& stream_error() const { return stream_error_; }
+
+ private:
+  Endpoint endpoint_;
+  Clock::time_point start_;
+  SseParser parser_;
+  bool first_chunk_ = false;
+  double ttft_s_ = 0.0;
+  std::vector<double> itl_s_;
+  Clock::time_point last_chunk_;
+  int num_content_chunks_ = 0;
+  std::optional<int> usage_prompt_, usage_completion_;
+  std::string stream_error_;
+};
 
 class OpenAiClient {
  public:

@@ -8,7 +8,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/stack_flags.h"
 #include "common/log.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
@@ -30,9 +30,6 @@ struct ServeArgs {
   server::EngineBackendOptions engine;
   server::ServerConfig http;
   std::string model;
-  std::string kv_cache_memory;  // "" or a size: 512MiB, 4GiB, 1000000
-  std::string async_scheduling = "on";
-  std::string kv_eager_allocation = "on";
   std::string max_request_body = "32MiB";
   std::string max_header_bytes = "32KiB";
   std::string max_stream_buffer = "4MiB";
@@ -49,39 +46,6 @@ struct ServeArgs {
 [[noreturn]] void fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "vpod serve: %s\n", message.c_str());
   throw CLI::RuntimeError(code);
-}
-
-// "4GiB", "512MiB", "64KiB", "2GB", "1000000" -> bytes.
-std::optional<std::size_t> parse_size(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  std::string unit = text.substr(used);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 1;
-  if (unit == "" || unit == "b") {
-    scale = 1;
-  } else if (unit == "kib" || unit == "k") {
-    scale = 1024.0;
-  } else if (unit == "mib" || unit == "m") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "gib" || unit == "g") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (unit == "kb") {
-    scale = 1e3;
-  } else if (unit == "mb") {
-    scale = 1e6;
-  } else if (unit == "gb") {
-    scale = 1e9;
-  } else {
-    return std::nullopt;
-  }
-  if (!(value > 0)) return std::nullopt;
-  return static_cast<std::size_t>(value * scale);
 }
 
 // Waits for SIGINT/SIGTERM on its own thread (they are blocked everywhere
@@ -149,14 +113,7 @@ class SignalWatcher {
 
 void run(ServeArgs& a) {
   SignalWatcher::block_in_all_threads();
-  a.engine.model_dir = a.model;
-  a.engine.async_scheduling = a.async_scheduling == "on";
-  a.engine.kv_eager_allocation = a.kv_eager_allocation == "on";
-  if (!a.kv_cache_memory.empty()) {
-    const auto bytes = parse_size(a.kv_cache_memory);
-    if (!bytes) fail("--kv-cache-memory: not a size: " + a.kv_cache_memory, 2);
-    a.engine.kv_cache_memory_bytes = *bytes;
-  }
+  a.engine.stack.model_dir = a.model;
   const auto size_flag = [](const char* flag, const std::string& text) {
     const auto bytes = parse_size(text);
     if (!bytes) fail(fmt::format("{}: not a size: {}", flag, text), 2);
@@ -244,34 +201,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", h.api_key,
                   "Require 'Authorization: Bearer KEY' (also read from $VPOD_API_KEY)")
       ->envname("VPOD_API_KEY");
-  cmd->add_option("--max-model-len", e.max_model_len,
-                  "Prompt + output tokens per request (default: the model's context)");
-  cmd->add_option("--max-num-seqs", e.max_num_seqs, "Requests running at once")
-      ->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", e.max_num_batched_tokens,
-                  "Tokens per engine step (decodes + prefill chunks)")
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
-                  "Fraction of GPU memory vpod may use (weights, activations, KV cache)")
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
-                  "KV cache size, e.g. 4GiB (default: the GPU budget; on the CPU a default)");
-  cmd->add_option("--device", e.device, "auto, cuda or cpu")->capture_default_str();
-  cmd->add_option("--dtype", e.dtype, "GPU compute dtype: bf16, fp16, fp32 (default: the model's)");
-  cmd->add_option("--kv-cache", e.kv_cache, "vattn or paged")->capture_default_str();
-  cmd->add_option("--kv-layout", e.kv_layout, "all-layers or per-layer")->capture_default_str();
-  cmd->add_option("--kv-eager-allocation", a->kv_eager_allocation,
-                  "vattn: on maps the next admitted request's first chunk while steps run; off "
-                  "maps it when the request is admitted")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--attention", e.attention, "serial, simple or pod")->capture_default_str();
-  cmd->add_option("--cpu-threads", e.cpu_threads, "CPU backend threads (0: all cores)")
-      ->capture_default_str();
-  cmd->add_option("--seed", e.seed, "Seeds the requests that bring no seed")->capture_default_str();
-  cmd->add_option("--async-scheduling", a->async_scheduling,
-                  "on: a step's output work overlaps the next step's forward; off: synchronous")
-      ->check(CLI::IsMember({"on", "off"}))
+  add_stack_flags(*cmd, e.stack);
+  cmd->add_option("--seed", e.stack.seed, "Seeds the requests that bring no seed")
       ->capture_default_str();
   cmd->add_option("--http-threads", h.io_threads,
                   "HTTP event-loop threads (sockets and streams; connections are asynchronous)")

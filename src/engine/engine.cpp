@@ -6,23 +6,13 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/splitmix64.h"
 
 namespace vpod::engine {
 
 namespace {
-
-// splitmix64: spreads the engine seed and a request id into a request seed.
-std::uint64_t mix_seed(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // How long the idle loop sleeps between re-checks when it has work it cannot
 // schedule this instant (a safety net: the scheduler always makes progress).
@@ -34,7 +24,7 @@ constexpr std::size_t kMaxReservedTextBytes = 4096;
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in,
-                                               ModelExecutor& executor, KvCapacity& kv,
+                                               ModelExecutor& executor, kvcache::KvCapacity& kv,
                                                const DecoderFactory& decoders) {
   EngineConfig config = config_in;
   VPOD_RETURN_IF_ERROR(validate(config.scheduler));
@@ -54,7 +44,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config_in,
   return std::unique_ptr<Engine>(new Engine(config, executor, kv, decoders));
 }
 
-Engine::Engine(const EngineConfig& config, ModelExecutor& executor, KvCapacity& kv,
+Engine::Engine(const EngineConfig& config, ModelExecutor& executor, kvcache::KvCapacity& kv,
                const DecoderFactory& decoders)
     : config_(config),
       executor_(executor),
@@ -63,6 +53,7 @@ Engine::Engine(const EngineConfig& config, ModelExecutor& executor, KvCapacity& 
       scheduler_(config.scheduler, kv),
       outputs_(metrics_),
       sampled_(config.scheduler.max_num_seqs) {
+  if (!config_.clock) config_.clock = [] { return Clock::now(); };
   pending_.reserve(config.scheduler.max_num_seqs);
   // Ends per step: every running request plus a few aborts of waiting ones
   // (more only in a burst of aborts).
@@ -110,8 +101,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   if (stopping_) return unavailable("the engine is shutting down");
   r->id = next_id_++;
   r->arrival_seq = next_arrival_seq_++;
-  r->seed = r->sampling.seed ? *r->sampling.seed : mix_seed(config_.seed ^ mix_seed(r->id));
-  r->arrival_time = Clock::now();
+  r->seed = r->sampling.seed ? *r->sampling.seed : splitmix64(config_.seed ^ splitmix64(r->id));
+  r->arrival_time = config_.clock();
   r->stream =
       std::make_shared<RequestStream>(r->id, r->max_total_tokens - num_prompt,
                                       r->sampling.logprobs.has_value(), std::move(on_output));
@@ -198,12 +189,12 @@ Status Engine::launch(const ScheduledStep& step) {
   return {};
 }
 
-bool Engine::collect(StepTimes& times) {
+bool Engine::collect(StepTimer& timer) {
   if (in_flight_ == nullptr) return false;
   const ScheduledStep& step = *std::exchange(in_flight_, nullptr);
-  const Clock::time_point t_wait = Clock::now();
+  timer.begin(StepPhase::wait);
   const Status status = executor_.wait();
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = timer.begin(StepPhase::commit);  // nothing in flight now
   if (!status.ok()) {
     fail_step(step, status, now);
   } else {
@@ -223,12 +214,7 @@ bool Engine::collect(StepTimes& times) {
       }
     }
   }
-  const double wait_s = seconds_between(t_wait, now);
-  const double commit_s = seconds_between(now, Clock::now());
-  times.wait_s += wait_s;
-  times.forward_s += wait_s;
-  times.commit_s += commit_s;
-  times.host_exposed_s += commit_s;  // nothing is in flight now
+  timer.end();
   return true;
 }
 
@@ -240,44 +226,49 @@ void Engine::process_outputs() {
   pending_.clear();
 }
 
-bool Engine::step() {
-  StepTimes t;
-  take_inbox(Clock::now());           // new requests, aborts
-  const bool collected = collect(t);  // pipelined: the step launched last time
-  const Clock::time_point t_collected = Clock::now();
+const ScheduledStep& Engine::schedule(Clock::time_point now) {
   release_ended();  // nothing is in flight: every ended request's slot is free
-  const ScheduledStep& step = scheduler_.schedule(t_collected);
+  const ScheduledStep& step = scheduler_.schedule(now);
   for (Request* r : step.admitted)
-    metrics_.request_queue_time_s.observe(seconds_between(r->arrival_time, t_collected));
+    metrics_.request_queue_time_s.observe(seconds_between(r->arrival_time, now));
   metrics_.num_preemptions.fetch_add(step.num_preempted, std::memory_order_relaxed);
-  const Clock::time_point t_scheduled = Clock::now();
-  Status launched = step.empty() ? Status{} : kv_.prepare(step.batch);
-  const Clock::time_point t_prepared = Clock::now();
-  if (launched.ok() && !step.empty()) launched = launch(step);
-  const Clock::time_point t_launched = Clock::now();
-  if (!config_.async_scheduling) collect(t);
-  const bool overlapped = in_flight_ != nullptr;
-  const Clock::time_point t_outputs = Clock::now();
+  return step;
+}
+
+void Engine::finish_step(const ScheduledStep& step, const Status& launched, Clock::time_point now) {
   process_outputs();  // detokenize, stop strings, stream: overlaps the step in flight
   for (Request* r : step.unschedulable)
-    end_request(r, FinishReason::error, "the KV cache cannot hold this request", t_outputs);
-  if (!launched.ok()) fail_step(step, launched, t_outputs);
+    end_request(r, FinishReason::error, "the KV cache cannot hold this request", now);
+  if (!launched.ok()) fail_step(step, launched, now);
   release_ended();  // unless a step is in flight
   update_gauges();
-  const Clock::time_point t_end = Clock::now();
-  if (!collected && step.empty()) return false;
+}
 
-  const double outputs_s = seconds_between(t_outputs, t_end);
-  t.schedule_s = seconds_between(t_collected, t_scheduled);
-  t.prepare_s = seconds_between(t_scheduled, t_prepared);
-  t.launch_s = seconds_between(t_prepared, t_launched);
-  t.forward_s += t.launch_s;
-  t.commit_s += outputs_s;
-  t.host_exposed_s += t.schedule_s + t.prepare_s;
-  (overlapped ? t.host_hidden_s : t.host_exposed_s) += outputs_s;
-  metrics_.add_step(t, !step.empty());
+void Engine::record_step(const ScheduledStep& step, const StepTimes& times) {
+  metrics_.add_step(times, !step.empty());
   if (!step.empty())
     metrics_.count_step_kind(step.batch.prefills.size(), step.batch.decodes.size());
+}
+
+// Step N+1 of the pipeline (docs/engine.md, "The step"); the timer books each
+// phase (StepPhase) into the step's StepTimes.
+bool Engine::step() {
+  StepTimer timer(config_.clock);
+  take_inbox(timer.now());                // new requests; aborts end their streams now
+  const bool collected = collect(timer);  // pipelined: wait for step N, commit it
+  const ScheduledStep& step = schedule(timer.begin(StepPhase::schedule));  // step N+1
+  timer.begin(StepPhase::prepare);
+  Status launched = step.empty() ? Status{} : kv_.prepare(step.batch);  // back its tokens
+  timer.begin(StepPhase::launch);
+  if (launched.ok() && !step.empty()) launched = launch(step);  // returns at once when pipelined
+  timer.end();
+  if (!config_.async_scheduling) collect(timer);  // synchronous: wait for it right here
+  const Clock::time_point t_outputs =
+      timer.begin(in_flight_ != nullptr ? StepPhase::hidden_outputs : StepPhase::exposed_outputs);
+  finish_step(step, launched, t_outputs);  // output work of step N while N+1 computes
+  timer.end();
+  if (!collected && step.empty()) return false;
+  record_step(step, timer.times());
   return true;
 }
 
@@ -317,9 +308,9 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
   // The loop is gone: this thread now owns the engine state. A step still in
   // flight completes and streams its tokens first.
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = config_.clock();
   take_inbox(now);
-  StepTimes unused;
+  StepTimer unused(config_.clock);
   collect(unused);
   process_outputs();
   for (auto& [id, r] : requests_) end_request(r.get(), FinishReason::abort, "", now);

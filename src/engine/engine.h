@@ -32,14 +32,15 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/kv_capacity.h"
 #include "engine/metrics.h"
 #include "engine/model_executor.h"
 #include "engine/output_processor.h"
 #include "engine/output_stream.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_timer.h"
 #include "engine/text_decoder.h"
+#include "kvcache/kv_capacity.h"
 
 namespace vpod::engine {
 
@@ -57,6 +58,10 @@ struct EngineConfig {
   // outputs overlaps the next step's forward. The streams are identical
   // either way; off waits for each step right after launching it.
   bool async_scheduling = true;
+  // Every timestamp the engine takes (metrics, step times). Empty:
+  // steady_clock. Tests pass a virtual clock; it is called from the engine
+  // thread and from submit()'s callers.
+  ClockFn clock;
 };
 
 class Engine {
@@ -64,7 +69,8 @@ class Engine {
   // Checks the configuration against the KV cache: one request of
   // max_model_len tokens must fit alone, so the oldest request always progresses.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& config, ModelExecutor& executor,
-                                                KvCapacity& kv, const DecoderFactory& decoders);
+                                                kvcache::KvCapacity& kv,
+                                                const DecoderFactory& decoders);
   ~Engine();  // stop()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -95,7 +101,7 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
 
  private:
-  Engine(const EngineConfig& config, ModelExecutor& executor, KvCapacity& kv,
+  Engine(const EngineConfig& config, ModelExecutor& executor, kvcache::KvCapacity& kv,
          const DecoderFactory& decoders);
   void run_loop();
   void take_inbox(Clock::time_point now);
@@ -105,12 +111,19 @@ class Engine {
   void release_ended();      // releases the ended requests that are not in flight
   void fail_step(const ScheduledStep& step, const Status& status, Clock::time_point now);
   void update_gauges();
-  // The pipeline: launch marks the step in flight; collect waits for it,
-  // commits, ends requests by the token-only stop rules and queues the rest
-  // in pending_; process_outputs runs the output work of pending_.
+  // The pipeline: schedule releases ended requests and plans the next step;
+  // launch marks it in flight; collect waits for it, commits, ends requests
+  // by the token-only stop rules and queues the rest in pending_;
+  // process_outputs runs the output work of pending_.
+  const ScheduledStep& schedule(Clock::time_point now);
   Status launch(const ScheduledStep& step);
-  bool collect(StepTimes& times);
+  bool collect(StepTimer& timer);
   void process_outputs();
+  // After the launch: the output work of the collected step, then what the
+  // new step could not do (unschedulable requests, a failed prepare/launch),
+  // releases and gauges.
+  void finish_step(const ScheduledStep& step, const Status& launched, Clock::time_point now);
+  void record_step(const ScheduledStep& step, const StepTimes& times);
 
   struct PendingOutput {
     Request* request = nullptr;
@@ -119,7 +132,7 @@ class Engine {
 
   EngineConfig config_;
   ModelExecutor& executor_;
-  KvCapacity& kv_;
+  kvcache::KvCapacity& kv_;
   const DecoderFactory& decoders_;
   EngineMetrics metrics_;
   Scheduler scheduler_;

@@ -19,6 +19,7 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
                             std::span<SampledToken> out) {
   VPOD_CHECK(samples.size() == out.size());
   VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_));
+  if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();
   for (const SampleSpec& spec : samples) {

@@ -7,6 +7,7 @@
 // on CUDA the GPU sampler, so only token ids and logprobs cross PCIe.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -16,6 +17,12 @@
 #include "model/model.h"
 
 namespace vpod::engine {
+
+// Sees each step's logits before they are sampled (`vpod generate
+// --dump-logits`): [num_sequences, vocab] fp32 on the backend's device;
+// `samples` names the rows that are sampled (SampleSpec::sequence_index).
+using LogitsObserver =
+    std::function<Status(const TensorView& logits, std::span<const SampleSpec> samples)>;
 
 class ModelRunner final : public ModelExecutor {
  public:
@@ -28,12 +35,16 @@ class ModelRunner final : public ModelExecutor {
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out) override;
 
+  // Optional; called on the thread that runs forward().
+  void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+
  private:
   model::Model& model_;
   KvCacheView kv_;
   model::StepPlan plan_;  // the step's attention plan; its buffers are reused every step
   std::vector<kernels::SampleRequest> requests_;  // reused every step
   std::vector<kernels::SampleResult> results_;
+  LogitsObserver logits_observer_;
 };
 
 }  // namespace vpod::engine

@@ -4,15 +4,10 @@
 #include <chrono>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "engine/text_decoder.h"
 
 namespace vpod::engine {
-
-namespace {
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-}  // namespace
 
 OutputProcessor::OutputProcessor(EngineMetrics& metrics) : metrics_(metrics) {
   delta_.token_ids.reserve(1);

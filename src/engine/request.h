@@ -21,12 +21,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "engine/stop_strings.h"
 
 namespace vpod::engine {
 
-using Clock = std::chrono::steady_clock;
 using RequestId = std::uint64_t;
 
 enum class RequestState {

@@ -100,7 +100,7 @@ void ScheduledStep::clear() {
 // ---------------------------------------------------------------------------
 // Scheduler
 // ---------------------------------------------------------------------------
-Scheduler::Scheduler(const SchedulerConfig& config, KvCapacity& kv)
+Scheduler::Scheduler(const SchedulerConfig& config, kvcache::KvCapacity& kv)
     : config_(config), kv_(kv), running_(config.max_num_seqs) {
   VPOD_CHECK_MSG(validate(config).ok(), validate(config).to_string());
   const int max_seqs = config.max_num_seqs;

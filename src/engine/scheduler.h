@@ -20,9 +20,9 @@
 
 #include "common/hybrid_batch.h"
 #include "common/status.h"
-#include "engine/kv_capacity.h"
 #include "engine/model_executor.h"
 #include "engine/request.h"
+#include "kvcache/kv_capacity.h"
 
 namespace vpod::engine {
 
@@ -95,7 +95,7 @@ struct ScheduledStep {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, KvCapacity& kv);
+  Scheduler(const SchedulerConfig& config, kvcache::KvCapacity& kv);
 
   // A new request joins the tail of the waiting queue.
   void add(Request* r);
@@ -123,7 +123,7 @@ class Scheduler {
   void lay_out_batch();
 
   SchedulerConfig config_;
-  KvCapacity& kv_;
+  kvcache::KvCapacity& kv_;
   RequestQueue waiting_;
   RunningSet running_;
   ScheduledStep step_;

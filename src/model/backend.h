@@ -277,16 +277,9 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 
 namespace vpod::model {
 
-// How a hybrid batch's attention runs (--attention).
-enum class AttentionMode : std::uint8_t {
-  serial,  // prefill kernel, then decode kernel (two launches per layer)
-  pod,     // the fused POD kernel (src/kernels/attention/pod*) for hybrid batches
-};
-std::string_view attention_mode_name(AttentionMode mode);
-// "serial" or "pod"; anything else is invalid_argument naming the value.
-Result<AttentionMode> parse_attention_mode(std::string_view text);
-// Whether this build has the POD launcher (attention::pod).
-bool pod_attention_built();
+// How a hybrid batch's attention runs (--attention serial | pod): the
+// kernels' own enum (kernels/attention/pod.h).
+using attention::AttentionMode;
 
 enum class AttentionImpl : std::uint8_t {
   kernels,  // src/kernels/attention prefill + decode (fp16/bf16, head_dim 64/128),
@@ -315,11 +308,6 @@ struct CudaBackendOptions {
   int max_step_graphs = 128;
   std::size_t gemm_workspace_bytes = 32u << 20;
 };
-
-// The --attention flag of vpod generate / bench model: serial, pod, or simple
-// (serial through the simple exact kernel; "kernels" is an older spelling of
-// serial). Sets options->attention_mode and options->attention.
-Status apply_attention_flag(std::string_view flag, CudaBackendOptions* options);
 
 // The CUDA backend, or why it is unavailable (no GPU, no cuBLASLt, or
 // attention mode pod in a build without the POD launcher).

@@ -65,7 +65,7 @@ class CudaBackend final : public Backend {
   DType compute_dtype() const override { return options_.dtype; }
   std::string description() const override {
     return "cuda " + gpu_.name + " (" + std::string(dtype_name(options_.dtype)) + ", attention " +
-           std::string(attention_mode_name(options_.attention_mode)) +
+           std::string(attention::attention_mode_name(options_.attention_mode)) +
            (options_.attention == AttentionImpl::kernels ? "" : " simple") + ")";
   }
   cudaStream_t stream() const { return stream_.get(); }
@@ -327,36 +327,7 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::string_view attention_mode_name(AttentionMode mode) {
-  return mode == AttentionMode::pod ? "pod" : "serial";
-}
-
-Result<AttentionMode> parse_attention_mode(std::string_view text) {
-  if (text == "serial") return AttentionMode::serial;
-  if (text == "pod") return AttentionMode::pod;
-  return invalid_argument("attention mode must be serial or pod, got '" + std::string(text) + "'");
-}
-
-bool pod_attention_built() { return true; }
-
-Status apply_attention_flag(std::string_view flag, CudaBackendOptions* options) {
-  if (flag == "simple") {
-    options->attention_mode = AttentionMode::serial;
-    options->attention = AttentionImpl::simple;
-    return {};
-  }
-  if (flag == "kernels") flag = "serial";
-  VPOD_ASSIGN_OR_RETURN(options->attention_mode, parse_attention_mode(flag));
-  options->attention = AttentionImpl::kernels;
-  return {};
-}
-
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
-  if (options.attention_mode == AttentionMode::pod && !pod_attention_built()) {
-    return unimplemented(
-        "attention mode pod: not built yet (the fused POD launcher attention::pod in "
-        "src/kernels/attention/pod* is not in this build); use --attention serial");
-  }
   VPOD_ASSIGN_OR_RETURN(auto gpus, cuda::query_gpus());
   if (options.device < 0 || options.device >= static_cast<int>(gpus.size())) {
     return unavailable("no CUDA device " + std::to_string(options.device) + " (" +

@@ -181,19 +181,26 @@ class Fields {
 
 std::string model_field(Fields& f) { return f.string("model").value_or(""); }
 
-// Sampling fields shared by completions and chat, besides max_tokens.
+// Sampling fields shared by completions and chat, besides max_tokens. A field
+// the request leaves out gets the engine's default (SamplingParams and
+// StopParams as default-constructed), the same defaults `vpod generate` uses.
 void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingParams& s,
                     engine::StopParams& stop_params) {
-  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
-  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, /*min_exclusive=*/true).value_or(1.0));
+  const engine::SamplingParams d;
+  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(d.temperature));
+  s.top_p =
+      static_cast<float>(f.number("top_p", 0.0, 1.0, /*min_exclusive=*/true).value_or(d.top_p));
   // vLLM: -1 (or 0) disables top-k.
   s.top_k = static_cast<int>(std::max<std::int64_t>(
-      0, f.integer("top_k", -1, std::numeric_limits<int>::max()).value_or(0)));
-  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(0.0));
+      0, f.integer("top_k", -1, std::numeric_limits<int>::max()).value_or(d.top_k)));
+  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(d.min_p));
   s.repetition_penalty = static_cast<float>(
-      f.number("repetition_penalty", 0.0, std::numeric_limits<float>::max(), true).value_or(1.0));
-  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(0.0));
-  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
+      f.number("repetition_penalty", 0.0, std::numeric_limits<float>::max(), true)
+          .value_or(d.repetition_penalty));
+  s.presence_penalty =
+      static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(d.presence_penalty));
+  s.frequency_penalty =
+      static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(d.frequency_penalty));
 
   if (const json* seed = f.find("seed")) {
     if (!seed->is_number_integer()) {
@@ -235,9 +242,12 @@ void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingPara
                          "stop_token_ids"));
     }
   }
-  stop_params.ignore_eos = f.boolean("ignore_eos", false);
-  stop_params.skip_special_tokens = f.boolean("skip_special_tokens", true);
-  stop_params.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
+  const engine::StopParams stop_defaults;
+  stop_params.ignore_eos = f.boolean("ignore_eos", stop_defaults.ignore_eos);
+  stop_params.skip_special_tokens =
+      f.boolean("skip_special_tokens", stop_defaults.skip_special_tokens);
+  stop_params.include_stop_str_in_output =
+      f.boolean("include_stop_str_in_output", stop_defaults.include_stop_str_in_output);
 
   f.string("user");  // type-checked, otherwise unused
   f.unsupported("logit_bias", "logit bias");

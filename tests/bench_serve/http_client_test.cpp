@@ -1,5 +1,9 @@
-// The client against a real HTTP server in this process (cpp-httplib) that
-// streams with known delays: what the client measures must reflect them.
+// The client's measurement of a stream (StreamMeter) with exact receipt
+// times, and the client against a real HTTP server in this process
+// (cpp-httplib) that streams with known delays: what it measures must reflect
+// them. Over HTTP only bounds that hold on a loaded machine are checked (a
+// delay can only make a time longer; a late first chunk can make the next gap
+// shorter), the exact times with the meter.
 #include "bench/serve/http_client.h"
 
 #include <arpa/inet.h>
@@ -26,6 +30,69 @@ using nlohmann::json;
 constexpr auto kFirstTokenDelay = 150ms;
 constexpr auto kTokenGap = 40ms;
 constexpr int kTokens = 5;
+
+using Clock = StreamMeter::Clock;
+
+std::string content_event(int i) {
+  return fmt::format(R"(data: {{"choices":[{{"index":0,"text":"t{}"}}]}})", i) + "\n\n";
+}
+
+TEST(StreamMeter, MeasuresTtftItlAndLatencyFromReceiptTimes) {
+  const Clock::time_point start = Clock::now();
+  StreamMeter meter(Endpoint::completions, start);
+  // Receipt times: first content at 150 ms, then 40, 60, 40, 200 ms apart.
+  const std::vector<int> at_ms = {150, 190, 250, 290, 490};
+  for (std::size_t i = 0; i < at_ms.size(); ++i) {
+    const std::string event = content_event(static_cast<int>(i));
+    // Split over two reads, as TCP may deliver them: the event completes at the second.
+    ASSERT_TRUE(meter.feed(std::string_view(event).substr(0, 7),
+                           start + std::chrono::milliseconds(at_ms[i] - 5)));
+    ASSERT_TRUE(
+        meter.feed(std::string_view(event).substr(7), start + std::chrono::milliseconds(at_ms[i])));
+  }
+  ASSERT_TRUE(meter.feed(R"(data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}})"
+                         "\n\ndata: [DONE]\n\n",
+                         start + std::chrono::milliseconds(600)));
+  RequestResult r;
+  r.prompt_len = 9;
+  meter.finish(r);
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_DOUBLE_EQ(r.ttft_s, 0.150);
+  ASSERT_EQ(r.itl_s.size(), 4u);
+  EXPECT_NEAR(r.itl_s[0], 0.040, 1e-12);
+  EXPECT_NEAR(r.itl_s[1], 0.060, 1e-12);
+  EXPECT_NEAR(r.itl_s[2], 0.040, 1e-12);
+  EXPECT_NEAR(r.itl_s[3], 0.200, 1e-12);
+  EXPECT_DOUBLE_EQ(r.latency_s, 0.490);  // to the last chunk with choices, not the usage one
+  EXPECT_EQ(r.output_tokens, 5);
+  EXPECT_TRUE(r.output_tokens_from_usage);
+  EXPECT_EQ(r.prompt_len, 3);
+}
+
+TEST(StreamMeter, CountsContentChunksWithoutUsageAndReportsBrokenStreams) {
+  const Clock::time_point start = Clock::now();
+  StreamMeter counted(Endpoint::completions, start);
+  ASSERT_TRUE(counted.feed(content_event(0) + content_event(1), start));
+  RequestResult r;
+  counted.finish(r);
+  ASSERT_TRUE(r.success);
+  EXPECT_EQ(r.output_tokens, 2);
+  EXPECT_FALSE(r.output_tokens_from_usage);
+
+  StreamMeter failed(Endpoint::completions, start);
+  EXPECT_FALSE(failed.feed("data: {\"error\": {\"message\": \"boom\"}}\n\n", start));
+  RequestResult f;
+  failed.finish(f);
+  EXPECT_FALSE(f.success);
+  EXPECT_NE(f.error.find("boom"), std::string::npos) << f.error;
+
+  StreamMeter empty(Endpoint::completions, start);
+  ASSERT_TRUE(empty.feed("data: [DONE]\n\n", start));
+  RequestResult e;
+  empty.finish(e);
+  EXPECT_FALSE(e.success);
+  EXPECT_EQ(e.error, "the stream carried no chunk with choices (no first token)");
+}
 
 class StreamingServer : public ::testing::Test {
  protected:
@@ -105,19 +172,13 @@ TEST_F(StreamingServer, MeasuresTtftItlAndLatencyOfTheStream) {
   EXPECT_EQ(r.output_tokens, kTokens);
   EXPECT_TRUE(r.output_tokens_from_usage);
   EXPECT_EQ(r.prompt_len, 3);
-  // Lower bounds are exact (the server sleeps); upper bounds leave room for a
-  // loaded CI machine.
+  // The server sleeps before it sends: a measured time is never shorter.
   const double first = std::chrono::duration<double>(kFirstTokenDelay).count();
   const double gap = std::chrono::duration<double>(kTokenGap).count();
   EXPECT_GE(r.ttft_s, first);
-  EXPECT_LT(r.ttft_s, first + 0.25);
   ASSERT_EQ(r.itl_s.size(), static_cast<std::size_t>(kTokens - 1));
-  for (double itl : r.itl_s) {
-    EXPECT_GE(itl, gap * 0.9);  // timestamps are taken on receipt; scheduling jitter
-    EXPECT_LT(itl, gap + 0.25);
-  }
+  for (double itl : r.itl_s) EXPECT_GE(itl, 0.0);
   EXPECT_GE(r.latency_s, first + (kTokens - 1) * gap);
-  EXPECT_LT(r.latency_s, first + (kTokens - 1) * gap + 0.5);
   double sum = r.ttft_s;
   for (double itl : r.itl_s) sum += itl;
   EXPECT_NEAR(sum, r.latency_s, 1e-9);  // latency = TTFT + the gaps, by definition

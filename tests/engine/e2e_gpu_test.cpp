@@ -103,7 +103,7 @@ TEST_P(EndToEndGpu, AbortMidGenerationFreesTheSlotSynchronous) {
 INSTANTIATE_TEST_SUITE_P(Attention, EndToEndGpu,
                          ::testing::Values(model::AttentionMode::serial, model::AttentionMode::pod),
                          [](const auto& info) {
-                           return std::string(model::attention_mode_name(info.param));
+                           return std::string(attention::attention_mode_name(info.param));
                          });
 
 }  // namespace

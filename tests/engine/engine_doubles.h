@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_capacity.h"
 #include "engine/model_executor.h"
 #include "engine/text_decoder.h"
+#include "kvcache/kv_capacity.h"
 
 namespace vpod::engine::testing {
 
@@ -45,7 +45,7 @@ struct SlotMemory {
   void wipe(int slot) { tokens[slot].clear(); }
 };
 
-class FakeKvCache final : public KvCapacity {
+class FakeKvCache final : public kvcache::KvCapacity {
  public:
   FakeKvCache(int num_slots, int num_blocks, int block_tokens, int max_tokens_per_slot,
               SlotMemory* memory = nullptr)

@@ -87,8 +87,8 @@ std::vector<RequestSpec> workload(int n, std::uint64_t seed) {
 }
 
 // Runs every spec to completion through an engine over `capacity`.
-Outcome run(const std::vector<RequestSpec>& specs, KvCapacity& capacity, ModelExecutor& model,
-            int max_seqs) {
+Outcome run(const std::vector<RequestSpec>& specs, kvcache::KvCapacity& capacity,
+            ModelExecutor& model, int max_seqs) {
   ByteDecoderFactory decoders(word_pieces(kVocab));
   EngineConfig config;
   config.scheduler = {.max_num_seqs = max_seqs, .max_num_batched_tokens = 48};
@@ -267,7 +267,7 @@ TEST(KvStoreAdmission, PagedBaselineUnderTheSameWorkload) {
   // on its own slot memory, checking the scheduler's promises via prepare().
   testing::SlotMemory memory;
   memory.tokens.assign(24, {});
-  class WipingCapacity final : public KvCapacity {
+  class WipingCapacity final : public kvcache::KvCapacity {
    public:
     WipingCapacity(kvcache::KvStore& inner, testing::SlotMemory& memory)
         : inner_(inner), memory_(memory) {}
@@ -297,7 +297,7 @@ TEST(KvStoreAdmission, PagedBaselineUnderTheSameWorkload) {
 }
 
 // Forwards everything but the admission hint: the engine without eager allocation.
-class NoHintCapacity final : public KvCapacity {
+class NoHintCapacity final : public kvcache::KvCapacity {
  public:
   explicit NoHintCapacity(kvcache::KvStore& inner) : inner_(inner) {}
   int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
@@ -363,7 +363,8 @@ TEST(KvStoreAdmission, AdmissionsFindTheirFirstChunkPreMappedAndOutputsMatch) {
     NoHintCapacity no_hints(capacity);
     SlowStepModel model(**cache);
     Run r;
-    r.outcome = run(specs, hints ? static_cast<KvCapacity&>(capacity) : no_hints, model, 4);
+    r.outcome =
+        run(specs, hints ? static_cast<kvcache::KvCapacity&>(capacity) : no_hints, model, 4);
     (*cache)->drain();
     EXPECT_TRUE((*cache)->check_invariants().ok());
     EXPECT_EQ(capacity.used_units(), 0);

@@ -2,13 +2,18 @@
 // every stream is delta for delta what the synchronous loop streams, under a
 // random workload with greedy and seeded sampling, stop strings, stop ids,
 // min_tokens, logprobs, aborts and preemption; and the output work of a step
-// really overlaps the next step's forward (measured with a slow model and
-// slow consumers, and in the engine's hidden/exposed host-time metrics).
+// really overlaps the next step's forward: in virtual time (a model and
+// consumers that take known times on an injected clock, and the engine's
+// hidden/exposed host-time metrics), and with real threads by order (the
+// worker's next forward waits for the previous step's streaming).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -224,22 +229,57 @@ TEST(Pipeline, EveryStreamEqualsTheSynchronousLoopDeltaForDelta) {
   }
 }
 
-// A model that takes `forward_time` per step and consumers that take
-// `output_time` per step (in the streams' callbacks, i.e. in the engine's
-// output work): pipelined, a step costs about max(forward, output) instead
-// of their sum, and the engine reports the output work as hidden.
-class SlowModel final : public ModelExecutor {
+// Virtual time: only the test's doubles move this clock (the engine's own
+// host work takes none), so the step times below are exact, whatever the
+// load on the machine. Read from the engine thread and the submitting one.
+class VirtualClock {
  public:
-  SlowModel(ModelExecutor& inner, std::chrono::microseconds t) : inner_(inner), time_(t) {}
+  Clock::time_point now() const { return Clock::time_point(Clock::duration(ticks_.load())); }
+  void advance(Clock::duration d) { ticks_ += d.count(); }
+  void advance_to(Clock::time_point t) {
+    Clock::rep ticks = ticks_.load();
+    while (ticks < t.time_since_epoch().count() &&
+           !ticks_.compare_exchange_weak(ticks, t.time_since_epoch().count())) {
+    }
+  }
+  ClockFn fn() {
+    return [this] { return now(); };
+  }
+
+ private:
+  std::atomic<Clock::rep> ticks_{0};
+};
+
+// A model that takes `forward_time` of virtual time per step: launch() notes
+// when the step will be done, wait() moves the clock there (it does not move
+// if the engine's output work already took that long: that is the overlap).
+// It wraps whatever computes the tokens - the model double, or the
+// AsyncExecutor worker running it on its thread.
+class TimedExecutor final : public ModelExecutor {
+ public:
+  TimedExecutor(ModelExecutor& inner, VirtualClock& clock, Clock::duration forward_time)
+      : inner_(inner), clock_(clock), forward_time_(forward_time) {}
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out) override {
-    std::this_thread::sleep_for(time_);
+    clock_.advance(forward_time_);
     return inner_.forward(batch, samples, out);
+  }
+  Status launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                std::span<SampledToken> out) override {
+    done_at_ = clock_.now() + forward_time_;
+    return inner_.launch(batch, samples, out);
+  }
+  Status wait() override {
+    const Status status = inner_.wait();
+    clock_.advance_to(done_at_);
+    return status;
   }
 
  private:
   ModelExecutor& inner_;
-  std::chrono::microseconds time_;
+  VirtualClock& clock_;
+  Clock::duration forward_time_;
+  Clock::time_point done_at_;
 };
 
 struct OverlapResult {
@@ -248,45 +288,47 @@ struct OverlapResult {
   std::uint64_t steps = 0;
 };
 
+// A model taking 3 ms per step and consumers taking 3 ms of output work per
+// step (in the streams' callbacks, i.e. in the engine's output work), in
+// virtual time: pipelined, a step costs max(forward, output) instead of
+// their sum, and the engine reports the output work as hidden.
 OverlapResult run_overlap(LoopMode mode, int num_requests, int num_tokens) {
   using std::chrono::microseconds;
   SlotMemory memory;
   FakeKvCache kv(16, 256, 16, 1024, &memory);
   HashModel hash(&memory, kVocab);
-  SlowModel model(hash, microseconds(3000));
+  VirtualClock clock;
   std::unique_ptr<AsyncExecutor> worker;
-  if (mode.worker) worker = std::make_unique<AsyncExecutor>(model);
+  if (mode.worker) worker = std::make_unique<AsyncExecutor>(hash);
+  TimedExecutor model(worker ? static_cast<ModelExecutor&>(*worker) : hash, clock,
+                      microseconds(3000));
   ByteDecoderFactory decoders(word_pieces(kVocab));
   EngineConfig config;
   config.scheduler = {.max_num_seqs = 16, .max_num_batched_tokens = 64};
   config.vocab_size = kVocab;
   config.async_scheduling = mode.async;
-  auto engine = std::move(Engine::create(config,
-                                         worker ? static_cast<ModelExecutor&>(*worker)
-                                                : static_cast<ModelExecutor&>(model),
-                                         kv, decoders))
-                    .value();
+  config.clock = clock.fn();
+  auto engine = std::move(Engine::create(config, model, kv, decoders)).value();
   std::vector<std::shared_ptr<RequestStream>> streams;
-  const microseconds per_output(3000 / num_requests);  // ~3 ms of output work per step
+  const microseconds per_output(3000 / num_requests);  // 3 ms of output work per step
   for (int i = 0; i < num_requests; ++i) {
     RequestSpec spec;
     spec.prompt_token_ids = {1 + i, 2, 3};
     spec.sampling.temperature = 0.0f;
     spec.stop.max_tokens = num_tokens;
     spec.stop.ignore_eos = true;
-    streams.push_back(
-        *engine->submit(spec, [per_output] { std::this_thread::sleep_for(per_output); }));
+    streams.push_back(*engine->submit(spec, [&clock, per_output] { clock.advance(per_output); }));
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const Clock::time_point t0 = clock.now();
   while (engine->has_work()) engine->step();
   OverlapResult r;
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = std::chrono::duration<double>(clock.now() - t0).count();
   const MetricsSnapshot m = engine->metrics();
   r.times = m.step_time_total;
   r.steps = m.num_steps;
   std::printf(
       "%-12s %3llu steps  %6.1f ms  per step: %.2f ms; host work hidden %.1f ms, exposed %.1f "
-      "ms; launch %.1f ms, wait %.1f ms\n",
+      "ms; launch %.1f ms, wait %.1f ms (virtual time)\n",
       mode_name(mode).c_str(), static_cast<unsigned long long>(r.steps), r.wall_s * 1e3,
       r.wall_s * 1e3 / static_cast<double>(r.steps), r.times.host_hidden_s * 1e3,
       r.times.host_exposed_s * 1e3, r.times.launch_s * 1e3, r.times.wait_s * 1e3);
@@ -302,12 +344,73 @@ TEST(Pipeline, OutputWorkOverlapsTheNextForward) {
   EXPECT_EQ(sync.times.host_hidden_s, 0.0);
   EXPECT_GT(sync.times.host_exposed_s, 0.8 * 3e-3 * static_cast<double>(sync.steps - 2));
   // Pipelined: the output work of all but the first and last steps runs
-  // while the next forward does, so it is hidden, and the step takes about
-  // max(3 ms, 3 ms) instead of their 6 ms sum. Bounds leave room for a
-  // loaded machine's sleeps overshooting.
+  // while the next forward does, so it is hidden, and the step takes
+  // max(3 ms, 3 ms) instead of their 6 ms sum.
   EXPECT_GT(pipelined.times.host_hidden_s, 0.8 * 3e-3 * static_cast<double>(pipelined.steps - 2));
   EXPECT_LT(pipelined.times.host_exposed_s, 0.5 * pipelined.times.host_hidden_s);
   EXPECT_LT(pipelined.wall_s, 0.8 * sync.wall_s);
+}
+
+// Real threads, no clock: the worker's forward of step k blocks until the
+// engine thread has streamed the tokens of step k-1. That completes only if
+// launch() returns before the forward is done and the output work of the
+// previous step runs meanwhile (a synchronous executor would wait out the
+// timeout on the engine thread itself).
+class WaitsForOutputWork final : public ModelExecutor {
+ public:
+  explicit WaitsForOutputWork(ModelExecutor& inner) : inner_(inner) {}
+  Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                 std::span<SampledToken> out) override {
+    const int step = ++num_forwards_;
+    if (step >= 2) {
+      std::unique_lock lock(mutex_);
+      const bool streamed =
+          cv_.wait_for(lock, std::chrono::seconds(10), [&] { return num_streamed_ >= step - 1; });
+      if (!streamed) ++num_timeouts;
+    }
+    return inner_.forward(batch, samples, out);
+  }
+  void streamed() {  // one step's tokens (one request) reached its stream
+    {
+      std::lock_guard lock(mutex_);
+      ++num_streamed_;
+    }
+    cv_.notify_all();
+  }
+  std::atomic<int> num_timeouts{0};
+
+ private:
+  ModelExecutor& inner_;
+  std::atomic<int> num_forwards_{0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int num_streamed_ = 0;
+};
+
+TEST(Pipeline, TheWorkerRunsTheNextForwardDuringTheOutputWork) {
+  SlotMemory memory;
+  FakeKvCache kv(4, 64, 16, 256, &memory);
+  HashModel hash(&memory, kVocab);
+  WaitsForOutputWork model(hash);
+  AsyncExecutor worker(model);
+  ByteDecoderFactory decoders(word_pieces(kVocab));
+  EngineConfig config;
+  config.scheduler = {.max_num_seqs = 4, .max_num_batched_tokens = 64};
+  config.vocab_size = kVocab;
+  config.async_scheduling = true;
+  auto engine = std::move(Engine::create(config, worker, kv, decoders)).value();
+  RequestSpec spec;
+  spec.prompt_token_ids = {1, 2, 3};
+  spec.sampling.temperature = 0.0f;
+  spec.stop.max_tokens = 8;
+  spec.stop.ignore_eos = true;
+  auto stream = *engine->submit(spec, [&model] { model.streamed(); });
+  while (engine->has_work()) engine->step();
+  EXPECT_EQ(model.num_timeouts.load(), 0);
+  RequestOutput out;
+  ASSERT_TRUE(stream->try_pop(out));
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.num_generated_tokens, 8);
 }
 
 // The worker thread hands back errors and survives them.

@@ -548,17 +548,21 @@ TEST(HttpServer, KeepAliveServesManyRequestsOnOneConnection) {
 }
 
 TEST(HttpServer, ShutdownClosesIdleKeepAliveConnections) {
-  Harness h;
+  // A keep-alive timeout far beyond the bound below: shutdown must close the
+  // idle connection itself, and no load makes a 60 s stall out of it.
+  ServerConfig config;
+  config.limits.keep_alive_timeout = std::chrono::minutes(10);
+  Harness h(config);
   h.attach();
   auto c = h.client();
   c.set_keep_alive(true);
   auto r = post(c, "/v1/completions", {{"prompt", "k"}, {"max_tokens", 1}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
-  // The connection stays open and idle; the keep-alive timeout is 30 s.
+  // The connection stays open and idle; shutdown does not wait for its timeout.
   const auto start = std::chrono::steady_clock::now();
   h.stop(0ms);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 TEST(HttpServer, ShutdownDrainsThenAborts) {
