@@ -1,3 +1,6 @@
+// Internal invariant checks (check.h): the one reporter every check macro ends in,
+// which prints the failed statement, file, line and message, then aborts.
+
 #include "common/check.h"
 
 #include <cstdio>

@@ -1,3 +1,6 @@
+// The CUDA, driver, cuBLAS and NCCL checks (cuda_check.h): each library's error
+// message, and the Status conversions for failures that are expected at a boundary.
+
 #include "common/cuda_check.h"
 
 #include <cudaTypedefs.h>

@@ -1,3 +1,6 @@
+// Element types (dtype.h): their names and parsing, the fp16/bf16 bit
+// conversions (round to nearest even), and element loads and stores as float.
+
 #include "common/dtype.h"
 
 #include <bit>

@@ -1,4 +1,5 @@
-// json_nesting_within: one pass over the bytes, tracking string state.
+// The nesting guard for untrusted JSON (json_nesting.h): json_nesting_within,
+// one pass over the bytes, tracking string state.
 #include "common/json_nesting.h"
 
 namespace vpod {

@@ -1,3 +1,6 @@
+// Logging (log.h): configures the one spdlog logger from a level name (the
+// CLI's --log-level).
+
 #include "common/log.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,3 +1,6 @@
+// Errors as values (status.h): status code names, Status::to_string and
+// Status::with_context.
+
 #include "common/status.h"
 
 namespace vpod {

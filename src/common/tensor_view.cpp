@@ -1,3 +1,6 @@
+// The strided tensor view (tensor_view.h): construction with default strides,
+// slicing and selection, element access as float, and printing.
+
 #include "common/tensor_view.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,6 @@
+// UTF-8 (utf8.h): decoding, encoding, validation, code-point counting and the
+// lossy conversion, each written once for the whole program.
+
 #include "common/utf8.h"
 
 #include <cstdint>

@@ -1,3 +1,5 @@
+// The cudaMalloc owner (device_buffer.h): allocation, release, host copies and fill.
+
 #include "cuda/device_buffer.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,6 @@
+// GPU discovery (device_info.h): each GPU's properties and VMM support, the driver
+// version, and the choice between the CUDA and CPU backends.
+
 #include "cuda/device_info.h"
 
 #include <cuda_runtime_api.h>

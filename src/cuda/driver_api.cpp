@@ -1,3 +1,6 @@
+// The CUDA driver entry points (driver_api.h): resolves each one through
+// cudaGetDriverEntryPointByVersion, once per process.
+
 #include "cuda/driver_api.h"
 
 #include <cuda_runtime_api.h>

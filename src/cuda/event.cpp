@@ -1,3 +1,5 @@
+// The cudaEvent_t owner (event.h): creation, record, synchronize, query and elapsed time.
+
 #include "cuda/event.h"
 
 #include <utility>

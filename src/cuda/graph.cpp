@@ -1,3 +1,6 @@
+// The CUDA graph owners (graph.h): stream capture into a graph, instantiation,
+// launch and release.
+
 #include "cuda/graph.h"
 
 #include <utility>

@@ -1,3 +1,5 @@
+// The page-locked host buffer (pinned_buffer.h): growth and release.
+
 #include "cuda/pinned_buffer.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,5 @@
+// The cudaStream_t owner (stream.h): creation, release and synchronization.
+
 #include "cuda/stream.h"
 
 #include <utility>

@@ -1,3 +1,6 @@
+// The CUDA VmmProvider (cuda_vmm.h): reservations, physical pages, mappings and
+// fences through the driver's VMM entry points, on the device's context.
+
 #include "kvcache/cuda_vmm.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,6 @@
+// The fault-injecting VmmProvider for tests (fault_injection.h): forwarding to
+// the real provider, the chosen failures, the gates, and the ledger of mappings.
+
 #include "kvcache/fault_injection.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,6 @@
+// The host VmmProvider (host_vmm.h): reservations, pages and mappings with
+// mmap and one memfd, so the KV cache's paging runs for real on the CPU.
+
 #include "kvcache/host_vmm.h"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// The KV read probe (kv_probe.h): one kernel that reads every byte of the given
+// ranges into a checksum, and its launcher.
+
 #include "kvcache/kv_probe.h"
 
 #include "common/cuda_check.h"

@@ -1,3 +1,6 @@
+// The KvStore vocabulary (kv_store.h): KvShape's validation and the parser of
+// memory sizes (--kv-cache-memory).
+
 #include "kvcache/kv_store.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// Creates every physical page of the KV budget up front.
+// The physical page pool (page_pool.h): creates every physical page of the KV
+// budget up front.
 #include "kvcache/page_pool.h"
 
 #include <fmt/format.h>

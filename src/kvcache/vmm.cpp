@@ -1,3 +1,6 @@
+// The RAII owners over a VmmProvider (vmm.h): VirtualRange, PhysicalPage and
+// Mapping (whose growth rolls back a partial map on failure).
+
 #include "kvcache/vmm.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,7 @@
+// `vpod make-model` (make_model.h): the presets, the seeded random weights, and
+// the writing of config.json, generation_config.json, model.safetensors and the
+// tokenizer files.
+
 #include "model/make_model.h"
 
 #include <nlohmann/json.hpp>

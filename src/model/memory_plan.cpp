@@ -1,3 +1,5 @@
+// The KV memory budget (memory_plan.h): plan_gpu_memory and the plan's summary.
+
 #include "model/memory_plan.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Reading a model folder's config.json and generation_config.json
+// (model_config.h): strict field parsing, RoPE scaling, and the derived sizes.
+
 #include "model/model_config.h"
 
 #include <nlohmann/json.hpp>

@@ -1,3 +1,6 @@
+// safetensors (safetensors.h): the strict header parser, the mmap'd file, and a
+// checkpoint of one or more files opened as named weight views.
+
 #include "model/safetensors.h"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// The simple exact GPU attention (simple_attention.h): the kernel, one CTA per
+// (token, query head), and its launcher.
+
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "model/simple_attention.h"

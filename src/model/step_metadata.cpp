@@ -1,3 +1,6 @@
+// A step's metadata arrays (step_metadata.h), built on the host from a
+// HybridBatch, whose consistency is checked on the way.
+
 #include "model/step_metadata.h"
 
 #include <string>

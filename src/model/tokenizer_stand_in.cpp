@@ -1,3 +1,6 @@
+// Stand-in tokenizers (tokenizer_stand_in.h): extending a fixture tokenizer's
+// vocabulary to the model's size with tokens that decode to text.
+
 #include "model/tokenizer_stand_in.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,7 @@
+// The tensor list of a model config (weight_layout.h): every tensor's Hugging
+// Face name, shape and initialization kind, from the config's
+// sizes and options.
+
 #include "model/weight_layout.h"
 
 namespace vpod::model {

@@ -1,3 +1,7 @@
+// Added tokens (added_vocabulary.h): the literal matcher that finds them, and
+// splitting input around them with tokenizers' lstrip / rstrip / single_word
+// rules.
+
 #include "tokenizer/added_vocabulary.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// The BPE model (bpe_model.h): the vocabulary's hash table, the merge ranks, and
+// encoding a word by merge_all's order, with byte fallback and the word cache.
+
 #include "tokenizer/bpe_model.h"
 
 #include <fmt/format.h>

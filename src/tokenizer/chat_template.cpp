@@ -1,3 +1,6 @@
+// Chat templates (chat_template.h): loading them from tokenizer_config.json
+// (named templates, special tokens), choosing one, and rendering a conversation.
+
 #include "tokenizer/chat_template.h"
 
 #include <fstream>

@@ -1,3 +1,5 @@
+// The decoders (decoder.h): each supported decoder's decode_chain step.
+
 #include "tokenizer/decoder.h"
 
 #include "common/utf8.h"

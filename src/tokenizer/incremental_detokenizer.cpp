@@ -1,3 +1,6 @@
+// Streaming detokenization (incremental_detokenizer.h): the decode window and
+// the rules for when text is final.
+
 #include "tokenizer/incremental_detokenizer.h"
 
 #include "common/utf8.h"

@@ -1,3 +1,5 @@
+// The normalizers (normalizer.h): each supported normalizer's normalize step.
+
 #include "tokenizer/normalizer.h"
 
 #include <utf8proc.h>

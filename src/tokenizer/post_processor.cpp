@@ -1,3 +1,5 @@
+// The post-processors (post_processor.h): TemplateProcessing's special tokens.
+
 #include "tokenizer/post_processor.h"
 
 namespace vpod::tokenizer {

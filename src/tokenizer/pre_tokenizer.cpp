@@ -1,3 +1,6 @@
+// The pre-tokenizers (pre_tokenizer.h): regex and string splits with each
+// delimiter behaviour, the ByteLevel alphabet, Metaspace and Sequence.
+
 #include "tokenizer/pre_tokenizer.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Regular expressions on PCRE2 (regex.h): translating Oniguruma patterns,
+// compiling with JIT, and finding matches as the onig crate does.
+
 #include "tokenizer/regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

@@ -1,3 +1,6 @@
+// The `vpod tokenize` line protocol (tokenize_lines.h): one JSON line in, one
+// JSON line out, in encode or decode mode.
+
 #include "tokenizer/tokenize_lines.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,6 @@
+// The tokenizer (tokenizer.h): encode through added tokens, normalizer,
+// pre-tokenizer, BPE and post-processor, and decode through the decoder chain.
+
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>

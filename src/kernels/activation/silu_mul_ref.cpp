@@ -1,3 +1,6 @@
+// The CPU reference of SwiGLU's gate (silu_mul.h), in fp32: what silu_mul_gpu
+// must compute.
+
 #include <cmath>
 
 #include "kernels/activation/silu_mul.h"

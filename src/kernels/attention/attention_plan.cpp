@@ -26,18 +26,18 @@ constexpr int kMaxDecodeSplits = 64;
 // the combine launch and its partial traffic, about two blocks of a 128-dim
 // decode (doubled for 64-dim, whose blocks are half as long).
 constexpr double kDecodeCtaOverheadBlocks = 1.0;
-// Prefill: a CTA's Q load and output write cost about one key block (a block
-// is ~4 us of a CTA slot on the H200: 4.2 MFLOP at ~1 TFLOP/s per slot). A
-// split adds the combine launch (~2 blocks) and the fp32 partial rows' write
-// and read, at ~16 MB per block-time (~3.5 TB/s for 4 us).
+// Prefill: a CTA's Q load and output write cost about one key block. A split
+// adds the combine launch (~2 blocks) and the fp32 partial rows' write and
+// read, at ~16 MB per block-time (the figures behind both: docs/attention.md,
+// *Measurements behind the code*).
 constexpr double kPrefillCtaOverheadBlocks = 1.0;
 constexpr double kPrefillCombineLaunchBlocks = 2.0;
 constexpr double kPrefillPartialBytesPerBlock = 16.0 * 1024 * 1024;
 constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
 // The cluster merge of even splits (decode_cluster.cu: two cluster barriers
 // and the split rows through distributed shared memory, no fence, atomic or
-// L2 round trip) measured 2.6-2.9 us cheaper than the counter merge on the
-// H200 (a 128-dim block is ~1.8 us of a CTA slot there): about half a block.
+// L2 round trip) costs about half a block less than the counter merge
+// (docs/attention.md, *Measurements behind the code*).
 constexpr double kDecodeClusterMergeOverheadBlocks128 = 0.5;
 // The deep decode kernel (decode_deep.cu) runs one CTA per SM: alone on its
 // SM, a CTA streams a key block in about half the time of a tile CTA that

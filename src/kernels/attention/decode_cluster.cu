@@ -5,10 +5,10 @@
 // The split-KV merge of decode_kernel goes through global memory: each split
 // writes fp32 partial rows, fences, counts itself in on an arrival counter,
 // and the last one reads every split's rows back from L2. That sits on the
-// critical path of the last group (about 3-4 us of a 16 x 16K decode on the
-// H200, docs/attention.md). Here the S splits of a group are the S CTAs of a
-// cluster (S = 2..8, cluster dims (1, S, 1) over the plan's decode items,
-// which the plan groups by decode): each CTA merges its four warps and keeps
+// critical path of the last group (docs/attention.md, *Measurements behind
+// the code*). Here the S splits of a group are the S CTAs of a cluster
+// (S = 2..8, cluster dims (1, S, 1) over the plan's decode items, which the
+// plan groups by decode): each CTA merges its four warps and keeps
 // its normalized rows and log-sum-exp (exactly the counter merge's partial
 // rows) in its own shared memory, one cluster barrier makes them visible, and
 // CTA r merges rows r, r + S, ... over the splits in order straight from the

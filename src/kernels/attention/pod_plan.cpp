@@ -33,8 +33,8 @@ constexpr int kMinDecodeBlocksPerSplit = 4;
 // virtual tiles across the sweep (docs/pod.md); 2 stays available and tested.
 constexpr int kDefaultVirtualDecode = 1;
 // Cost model, in microseconds of one CTA slot, calibrated on the H200
-// (docs/pod.md): a 128x64 prefill block of a 128-dim tile with two CTAs per
-// SM takes ~4.3 us on the mma.sync tile and ~2.6 us on the wgmma tile; it
+// (docs/pod.md, *The model*): the time of a 128x64 prefill block of a 128-dim
+// tile with two CTAs per SM, on the mma.sync tile and on the wgmma tile; it
 // scales with head_dim. A CTA's start and end cost about one block; a split
 // adds a combine launch and the fp32 partial rows' write and read.
 constexpr double kPrefillBlockUs128 = 4.3;

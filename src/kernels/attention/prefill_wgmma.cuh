@@ -414,7 +414,7 @@ struct PrefillWgmmaTile {
     // Contiguous K/V stream through two stages, each block's K and V loaded a
     // whole block ahead. A paged row's address waits for its block-table
     // entry, and issuing two blocks' worth of such loads at once stalls the
-    // warps before the MMAs (measured 0.5-3% slower on the H200), so the paged
+    // warps before the MMAs (slower, docs/attention.md), so the paged
     // walk keeps one stage: V is loaded at the top of a block, the next K once
     // this block's S has read K.
     constexpr bool kTwoStages = !kPaged;
@@ -661,8 +661,8 @@ __device__ __forceinline__ void run_prefill_wgmma_tile(const AttentionParams& pa
 // The standalone prefill kernel, one instantiation per K/V addressing: the
 // contiguous one (TMA or cp.async) and the paged one (cp.async through the
 // block table) get their own register allocation and schedule, so adding a
-// load path to one cannot slow the other down (one kernel holding both ran
-// the paged walk 7% slower once the TMA path was added).
+// load path to one cannot slow the other down (one kernel holding both slowed
+// the paged walk once the TMA path was added: docs/attention.md).
 template <typename T, int kHeadDim, bool kPaged>
 __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams params, const WgmmaKnobs knobs) {

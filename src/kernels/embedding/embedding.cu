@@ -1,3 +1,6 @@
+// The row-gather kernel (embedding.h) and its launcher: the token embedding
+// lookup and the selection of the rows whose logits are needed.
+
 #include "common/cuda_check.h"
 #include "kernels/dtype_dispatch.cuh"
 #include "kernels/embedding/embedding.h"

@@ -1,3 +1,5 @@
+// The CPU reference of the row gather (embedding.h), in fp32.
+
 #include <cstring>
 
 #include "common/check.h"

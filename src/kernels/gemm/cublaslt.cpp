@@ -1,3 +1,6 @@
+// The model's GPU GEMMs through cuBLASLt (cublaslt.h): loading the library at
+// run time, one cached matmul plan per shape, and the GEMM call itself.
+
 #include "kernels/gemm/cublaslt.h"
 
 #include <cublasLt.h>

@@ -1,3 +1,6 @@
+// The CPU reference GEMM (gemm.h), in fp32, with the output columns spread over
+// threads for large N.
+
 #include <algorithm>
 #include <thread>
 #include <vector>

@@ -1,3 +1,6 @@
+// The skinny-GEMM (GEMV) kernel for decode steps and its launchers (gemv.h),
+// including the fused RMSNorm prologue and SiLU*mul epilogue of gemv_norm_gpu.
+
 #include <cstdint>
 
 #include "common/cuda_check.h"

@@ -3,11 +3,11 @@
 // input dtype or fp32 (logits).
 //
 // Why not cuBLASLt: at M = 1 the step is bound by reading w once, and
-// cuBLASLt's heuristic picks a GEMM tile that reaches ~3.4 TB/s on the H200
-// (docs/model.md). This kernel gives one warp per output column n: the warp
-// streams w's row n with 16-byte non-allocating loads, several in flight per
-// lane, multiplies them with the M rows of x (served from L1/L2), and reduces
-// across the warp. Summation order is fixed, so results are deterministic.
+// cuBLASLt's heuristic picks a GEMM tile that reads w below the HBM bandwidth
+// (docs/model.md, *Files*). This kernel gives one warp per output column n:
+// the warp streams w's row n with 16-byte non-allocating loads, several in
+// flight per lane, multiplies them with the M rows of x (served from L1/L2),
+// and reduces across the warp. Summation order is fixed, so results are deterministic.
 //
 // Decode fusions (gemv_norm_gpu): the input rows can be the RMSNorm of a
 // residual stream, computed by every CTA in its prologue (the residual add

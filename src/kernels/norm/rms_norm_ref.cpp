@@ -1,3 +1,6 @@
+// The CPU references of RMSNorm and of RMSNorm with a fused residual add
+// (rms_norm.h), in fp32.
+
 #include <cmath>
 
 #include "kernels/norm/rms_norm.h"

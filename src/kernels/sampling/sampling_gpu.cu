@@ -1,3 +1,6 @@
+// Sampling on the GPU (sampling_gpu.h): the one-CTA-per-row sampling kernel and
+// GpuSampler, which owns its buffers and launches it.
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -1,3 +1,7 @@
+// Token sampling on the CPU (sampling.h): sample(), which the CPU backend runs
+// into a reusable workspace, sample_ref() for tests, and the seeded noise both
+// draw from.
+
 #include <algorithm>
 #include <cmath>
 

@@ -1,3 +1,6 @@
+// The Jinja lexer (lexer.h): tokenizing a template's text, tags and literals
+// with jinja2's whitespace control.
+
 #include "tokenizer/jinja/lexer.h"
 
 #include <charconv>

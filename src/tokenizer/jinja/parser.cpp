@@ -1,3 +1,6 @@
+// The Jinja parser (parser.h): a recursive-descent parser from tokens to the
+// AST, with jinja2's precedence and tag grammar.
+
 #include "tokenizer/jinja/parser.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Python str semantics (pystr.h): the str methods, case mappings, predicates
+// and repr that the Jinja engine needs, counted in code points.
+
 #include "tokenizer/jinja/pystr.h"
 
 #include "common/utf8.h"

@@ -1,3 +1,6 @@
+// The process-wide render memory budget (render_budget.h): the lock-free
+// reservation against its capacity (the rest is inline in the header).
+
 #include "tokenizer/jinja/render_budget.h"
 
 namespace vpod::tokenizer::jinja {

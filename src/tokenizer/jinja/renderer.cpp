@@ -1,3 +1,6 @@
+// The Jinja renderer (renderer.h): scopes, statement execution, expression
+// evaluation, macros, and the limits every render is charged against.
+
 #include "tokenizer/jinja/renderer.h"
 
 #include "tokenizer/jinja/builtins.h"

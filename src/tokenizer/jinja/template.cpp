@@ -1,3 +1,6 @@
+// The Jinja template API (template.h): parse once, render with JSON variables,
+// and the errors located at the template's line.
+
 #include "tokenizer/jinja/template.h"
 
 #include <deque>

@@ -1,3 +1,6 @@
+// Jinja values (value.h): Python's truthiness, str/repr, equality, ordering,
+// len and iteration, and conversion from JSON.
+
 #include "tokenizer/jinja/value.h"
 
 #include <nlohmann/json.hpp>
