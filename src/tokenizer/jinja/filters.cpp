@@ -11,10 +11,9 @@
 
 #include "common/utf8.h"
 #include "tokenizer/jinja/builtin_args.h"
+#include "tokenizer/jinja/filters_scalar.h"
 #include "tokenizer/jinja/pystr.h"
 #include "tokenizer/jinja/renderer.h"
-
-#include "tokenizer/jinja/filters_scalar.h"
 
 namespace vpod::tokenizer::jinja {
 
