@@ -1,9 +1,12 @@
+// The device-side random fill of attention_bench_fill.h: a counter-based
+// hash per element, written in place on the GPU.
 #include "bench/attention_bench_fill.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
+#include "common/splitmix64.h"
 
 namespace vpod::bench {
 namespace {
@@ -13,10 +16,8 @@ __global__ void fill_random_kernel(std::uint16_t* data, std::size_t n, std::uint
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     // SplitMix64 of the index: a counter-based stream.
-    std::uint64_t z = seed * 0xD1B54A32D192ED03ull + i * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const std::uint64_t z =
+        splitmix64_finalize(seed * 0xD1B54A32D192ED03ull + i * kSplitMix64Gamma);
     const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     const float x = (2.f * u - 1.f) * 1.7320508f;
     if (bf16) {

@@ -1,3 +1,5 @@
+// Arrival times (arrivals.h): Gamma-distributed gaps at a rate, or all at
+// once, from a seeded generator.
 #include "bench/serve/arrivals.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// Request lengths and prompts (dataset.h): fixed, random-range and trace
+// lengths, and prompts of an exact token count.
 #include "bench/serve/dataset.h"
 
 #include <charconv>

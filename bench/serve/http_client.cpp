@@ -1,3 +1,5 @@
+// The benchmark's OpenAI client (http_client.h): one connection per call,
+// streamed responses timed token by token.
 #include "bench/serve/http_client.h"
 
 #include <httplib.h>

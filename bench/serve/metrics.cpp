@@ -1,3 +1,5 @@
+// The benchmark's metrics (metrics.h), computed from the per-request
+// measurements as `vllm bench serve` computes them.
 #include "bench/serve/metrics.h"
 
 #include <charconv>

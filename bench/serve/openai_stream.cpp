@@ -1,3 +1,5 @@
+// The client side of OpenAI streaming (openai_stream.h): request bodies and
+// the parse of each streamed event.
 #include "bench/serve/openai_stream.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// Reading a server's /metrics (prometheus.h): the text-format parse and the
+// histogram means compared with the client's figures.
 #include "bench/serve/prometheus.h"
 
 #include <charconv>

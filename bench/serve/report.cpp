@@ -1,3 +1,4 @@
+// The end-of-run report (report.h): vLLM's result table and its JSON keys.
 #include "bench/serve/report.h"
 
 #include <fmt/format.h>

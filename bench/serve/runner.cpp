@@ -1,3 +1,5 @@
+// The benchmark runner (runner.h): sending each request at its arrival time
+// within the concurrency limit, and collecting the results in order.
 #include "bench/serve/runner.h"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// The server-sent events parser (sse.h): bytes in, complete events out.
 #include "bench/serve/sse.h"
 
 namespace vpod::bench::serve {

@@ -1,3 +1,4 @@
+// Summary statistics (stats.h) with NumPy's definitions.
 #include "bench/serve/stats.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// AsyncExecutor (async_executor.h): the worker thread that runs the wrapped
+// executor's forward, and the launch/wait handshake with the engine thread.
 #include "engine/async_executor.h"
 
 #include "common/check.h"

@@ -1,3 +1,5 @@
+// The engine (engine.h): request intake, the step loop on its own thread
+// (collect, schedule, KV prepare, launch, output work), aborts and shutdown.
 #include "engine/engine.h"
 
 #include <algorithm>

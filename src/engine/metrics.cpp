@@ -1,3 +1,5 @@
+// Engine metrics (metrics.h): histogram buckets, snapshots and the
+// Prometheus text of the engine's series.
 #include "engine/metrics.h"
 
 #include <algorithm>

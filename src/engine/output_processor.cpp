@@ -1,3 +1,5 @@
+// OutputProcessor (output_processor.h): a sampled token through stop rules,
+// detokenization, the stream delta and the per-token latency metrics.
 #include "engine/output_processor.h"
 
 #include <algorithm>

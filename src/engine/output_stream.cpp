@@ -1,3 +1,5 @@
+// RequestStream (output_stream.h): the queue of deltas between the engine
+// thread that pushes them and the server thread that pops them.
 #include "engine/output_stream.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Requests (request.h): lifecycle states and the limits a request is
+// validated against when it enters the engine.
 #include "engine/request.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// The scheduler (scheduler.h): the waiting queue, the running set, the token
+// budget planner and admission and preemption against KV capacity.
 #include "engine/scheduler.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// StopStringMatcher (stop_strings.h): matching stop strings over streamed
+// text while holding back what could still become one.
 #include "engine/stop_strings.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// TokenizerDecoderFactory (tokenizer_decoder.h): the engine's text decoders
+// over the tokenizer's incremental detokenizer.
 #include "engine/tokenizer_decoder.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// OpenAI-shaped errors (api_error.h): the JSON body and the mapping from a
+// Status code to an HTTP status and error type.
 #include "server/api_error.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// The OpenAI-compatible API (api_routes.h): routing, auth and admission from
+// the head, and the handlers that answer each route.
 #include "server/api_routes.h"
 
 #include <fmt/format.h>

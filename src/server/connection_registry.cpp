@@ -1,3 +1,5 @@
+// ConnectionRegistry (connection_registry.h): counting, evicting idle, and
+// closing the server's open connections.
 #include "server/connection_registry.h"
 
 #include <vector>

@@ -1,3 +1,5 @@
+// GenerationCall (generation_call.h): submitting an HTTP request's sequences
+// to the engine, draining their deltas, aborting them together.
 #include "server/generation_call.h"
 
 #include "common/splitmix64.h"

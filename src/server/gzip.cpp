@@ -1,3 +1,5 @@
+// gzip (gzip.h): compressing response bodies through zlib, and reading
+// Accept-Encoding.
 #include "server/gzip.h"
 
 #include <zlib.h>

@@ -1,3 +1,5 @@
+// The request-head checks (http_request_head.h): Beast's parse, then what
+// vpod refuses beyond it.
 #include "server/http_request_head.h"
 
 #include <fmt/format.h>

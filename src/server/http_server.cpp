@@ -1,3 +1,5 @@
+// HttpServer (http_server.h): the listener, the event-loop threads, the
+// worker pool, drain and shutdown, and the periodic stats line.
 #include "server/http_server.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// HttpSession (http_session.h): one connection's state machine - head, body,
+// worker pool, reply or generation stream, keep-alive - on its strand.
 #include "server/http_session.h"
 
 #include <fmt/format.h>

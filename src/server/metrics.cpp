@@ -1,3 +1,5 @@
+// GET /metrics (metrics.h): the engine's series followed by the HTTP
+// layer's own, in Prometheus text.
 #include "server/metrics.h"
 
 #include <fmt/format.h>

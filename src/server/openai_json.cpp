@@ -1,3 +1,5 @@
+// OpenAI response bodies (openai_json.h): completions, chat completions, SSE
+// chunks, logprobs, usage and the models list as JSON.
 #include "server/openai_json.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Request parsing (request_parse.h): the OpenAI and vLLM request fields,
+// validated strictly into plain structs.
 #include "server/request_parse.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// The periodic stats line (stats_log.h): throughput over the interval and the
+// engine's load, formatted as vLLM logs it.
 #include "server/stats_log.h"
 
 #include <fmt/format.h>

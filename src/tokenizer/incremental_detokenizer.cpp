@@ -82,23 +82,21 @@ Result<std::string> IncrementalDetokenizer::feed(TokenId id) {
   if (tokenizer_->decoder_groups_byte_tokens() && tokenizer_->is_byte_fallback_token(id)) {
     return std::string();
   }
-  VPOD_ASSIGN_OR_RETURN(
-      std::string full,
-      tokenizer_->decode(std::span(ids_).subspan(prefix_offset_), skip_special_tokens_));
-  if (full.size() <= prefix_text_.size() || ends_with_replacement(full)) return std::string();
-  std::string delta = new_text(full);
-  read_offset_ = ids_.size();
-  prefix_offset_ = window_start(read_offset_);
-  VPOD_ASSIGN_OR_RETURN(prefix_text_, tokenizer_->decode(std::span(ids_).subspan(prefix_offset_),
-                                                         skip_special_tokens_));
-  return delta;
+  return emit(/*hold_incomplete=*/true);
 }
 
 Result<std::string> IncrementalDetokenizer::finish() {
   if (read_offset_ == ids_.size()) return std::string();
+  return emit(/*hold_incomplete=*/false);
+}
+
+Result<std::string> IncrementalDetokenizer::emit(bool hold_incomplete) {
   VPOD_ASSIGN_OR_RETURN(
       std::string full,
       tokenizer_->decode(std::span(ids_).subspan(prefix_offset_), skip_special_tokens_));
+  if (hold_incomplete && (full.size() <= prefix_text_.size() || ends_with_replacement(full))) {
+    return std::string();
+  }
   std::string delta = new_text(full);
   read_offset_ = ids_.size();
   prefix_offset_ = window_start(read_offset_);

@@ -41,6 +41,10 @@ class IncrementalDetokenizer {
   bool visible(TokenId id) const;
   std::size_t window_start(std::size_t end) const;
   std::string new_text(const std::string& full) const;
+  // Decodes the window, returns the text past the last emitted offset and
+  // moves the window on. `hold_incomplete` (feed): return nothing while the
+  // window's text has not grown or ends in an incomplete character.
+  Result<std::string> emit(bool hold_incomplete);
 
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;

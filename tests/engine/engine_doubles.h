@@ -26,18 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "common/splitmix64.h"
 #include "engine/model_executor.h"
 #include "engine/text_decoder.h"
 #include "kvcache/kv_capacity.h"
 
 namespace vpod::engine::testing {
 
-inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+inline std::uint64_t mix64(std::uint64_t x) { return splitmix64(x); }
 
 // The token history of every slot: what the fake model has "in its KV cache".
 struct SlotMemory {

@@ -1,5 +1,6 @@
-// jinja2's built-in filters, with Hugging Face's tojson (json.dumps with
-// ensure_ascii=False).
+// jinja2's built-in filters on sequences and mappings, Hugging Face's tojson
+// (json.dumps with ensure_ascii=False), and the table of every filter
+// (the string and number ones are in filters_scalar.cpp).
 #include "tokenizer/jinja/builtins.h"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// The Jinja parser (parser.h): a recursive-descent parser from tokens to the
-// AST, with jinja2's precedence and tag grammar.
+// The Jinja parser's statement half (parser.h): data, prints and block tags
+// (if, for, set, macro, call, filter, with) parsed recursively into the AST;
+// parser_expr.cpp has the expressions, with jinja2's precedence.
 
 #include "tokenizer/jinja/parser.h"
 
