@@ -157,7 +157,7 @@ bool Scheduler::grow_or_preempt(Request* r) {
 
 void Scheduler::admit(Request* r, Clock::time_point now) {
   waiting_.remove(r);
-  r->slot = kv_.allocate(r->num_tokens());
+  r->slot = kv_.allocate(r->num_tokens(), {}).slot;
   r->num_computed = 0;
   r->state = RequestState::prefilling;
   if (!r->first_scheduled_time) {
@@ -203,7 +203,7 @@ const ScheduledStep& Scheduler::schedule(Clock::time_point now) {
   while (step_.num_preempted == 0 && budget.remaining() > 0 && !waiting_.empty() &&
          running_.size() < static_cast<std::size_t>(config_.max_num_seqs)) {
     Request* r = waiting_.front();
-    if (!kv_.can_allocate(r->num_tokens())) {
+    if (!kv_.can_allocate(r->num_tokens(), {})) {
       if (running_.empty()) {  // the empty cache cannot back it: it never will
         waiting_.remove(r);
         step_.unschedulable.push_back(r);

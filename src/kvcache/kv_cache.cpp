@@ -281,7 +281,7 @@ std::int64_t KvCache::promise_units(std::int64_t tokens) const {
   return promises_.promise_units(pages_for_tokens(tokens), pages_for_tokens(mapped));
 }
 
-bool KvCache::can_allocate(int num_tokens) const {
+bool KvCache::can_allocate(int num_tokens, const PrefixQuery& /*prefix*/) const {
   if (num_tokens > config_.max_ctx || num_free_slots() == 0) return false;
   if (mapper_ != nullptr) mapper_->settle_prewarm();  // free slots' depths stay put
   std::int64_t need = promise_units(num_tokens);
@@ -306,14 +306,14 @@ bool KvCache::can_allocate(int num_tokens) const {
   return promises_.fits(need);
 }
 
-int KvCache::allocate(int num_tokens) {
+Allocation KvCache::allocate(int num_tokens, const PrefixQuery& /*prefix*/) {
   if (mapper_ != nullptr) mapper_->settle_prewarm();
   Result<int> slot = acquire(num_tokens);
   VPOD_CHECK_MSG(slot.ok(), "KV acquire after can_allocate: " + slot.status().to_string());
   std::int64_t units = promise_units(num_tokens);
   if (config_.reclaim == ReclaimPolicy::deferred) units = std::max(units, slot_depth(*slot));
   promises_.open(*slot, units, num_tokens);
-  return *slot;
+  return {.slot = *slot, .cached_tokens = 0};
 }
 
 bool KvCache::grow(int slot, int num_tokens) {

@@ -116,6 +116,11 @@ struct KvCacheConfig {
   // slots with it as their last reader. Null: the legacy stream (all work on
   // the device).
   cudaStream_t reader_stream = nullptr;
+  // Prefix caching (kv_capacity.h): computed prompt depth steps are indexed
+  // and mapped into later requests that start with them. `prefix_salt` names
+  // the model the K/V belong to (mixed with shape, dtype and layout).
+  bool prefix_caching = false;
+  std::uint64_t prefix_salt = 0;
 };
 
 class KvMemory;
@@ -153,8 +158,8 @@ class KvCache final : public KvStore {
   KvLayerView layer_view(int layer) const;
 
   // KvCapacity (engine thread): promises in depth steps.
-  bool can_allocate(int num_tokens) const override;
-  int allocate(int num_tokens) override;
+  bool can_allocate(int num_tokens, const PrefixQuery& prefix) const override;
+  Allocation allocate(int num_tokens, const PrefixQuery& prefix) override;
   bool grow(int slot, int num_tokens) override;
   void free(int slot) override;
   // Maps the step's tokens (background: posts them and waits), asks the

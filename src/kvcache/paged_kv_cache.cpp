@@ -213,18 +213,18 @@ Status PagedKvCache::wait(PrepareTicket ticket) {
 // ----------------------------------------------------------------------------
 // Admission (KvCapacity)
 // ----------------------------------------------------------------------------
-bool PagedKvCache::can_allocate(int num_tokens) const {
+bool PagedKvCache::can_allocate(int num_tokens, const PrefixQuery& /*prefix*/) const {
   if (num_tokens > config_.max_ctx || num_free_slots() == 0) return false;
   const std::int64_t blocks = blocks_for_tokens(num_tokens);
   return promises_.fits(promises_.promise_units(blocks, blocks));
 }
 
-int PagedKvCache::allocate(int num_tokens) {
+Allocation PagedKvCache::allocate(int num_tokens, const PrefixQuery& /*prefix*/) {
   Result<int> slot = acquire(num_tokens);
   VPOD_CHECK_MSG(slot.ok(), "KV acquire after can_allocate: " + slot.status().to_string());
   const std::int64_t blocks = blocks_for_tokens(num_tokens);
   promises_.open(*slot, promises_.promise_units(blocks, blocks), num_tokens);
-  return *slot;
+  return {.slot = *slot, .cached_tokens = 0};
 }
 
 bool PagedKvCache::grow(int slot, int num_tokens) {

@@ -45,6 +45,10 @@ struct PagedKvCacheConfig {
   std::size_t memory_bytes = 0;
   Device device = Device::cpu;
   int cuda_device = 0;
+  // Prefix caching (kv_capacity.h) over whole blocks; `prefix_salt` names the
+  // model the K/V belong to (mixed with shape and dtype).
+  bool prefix_caching = false;
+  std::uint64_t prefix_salt = 0;
 };
 
 class PagedKvCache final : public KvStore {
@@ -69,8 +73,8 @@ class PagedKvCache final : public KvStore {
   Status sync_block_tables(cudaStream_t stream);
 
   // KvCapacity (engine thread): promises in blocks.
-  bool can_allocate(int num_tokens) const override;
-  int allocate(int num_tokens) override;
+  bool can_allocate(int num_tokens, const PrefixQuery& prefix) const override;
+  Allocation allocate(int num_tokens, const PrefixQuery& prefix) override;
   bool grow(int slot, int num_tokens) override;
   void free(int slot) override;
   // Allocates the step's blocks and, on CUDA, uploads the block tables.

@@ -60,17 +60,17 @@ class FakeKvCache final : public kvcache::KvCapacity {
   std::int64_t capacity_tokens() const override {
     return std::int64_t{num_blocks_} * block_tokens_;
   }
-  bool can_allocate(int num_tokens) const override {
+  bool can_allocate(int num_tokens, const kvcache::PrefixQuery& /*prefix*/) const override {
     return free_slot() >= 0 && num_tokens <= max_tokens_per_slot_ &&
            blocks_for(num_tokens) <= num_blocks_ - used_blocks_;
   }
-  int allocate(int num_tokens) override {
-    EXPECT_TRUE(can_allocate(num_tokens));
+  kvcache::Allocation allocate(int num_tokens, const kvcache::PrefixQuery& prefix) override {
+    EXPECT_TRUE(can_allocate(num_tokens, prefix));
     const int slot = free_slot();
     slot_blocks_[slot] = blocks_for(num_tokens);
     used_blocks_ += slot_blocks_[slot];
     ++num_allocations;
-    return slot;
+    return {.slot = slot, .cached_tokens = 0};
   }
   bool grow(int slot, int num_tokens) override {
     EXPECT_GE(slot_blocks_.at(slot), 0) << "grow of a free slot";

@@ -194,14 +194,14 @@ TEST(KvStoreAdmission, PromisesCountLookaheadAndHeldPages) {
   kvcache::KvStore& capacity = **cache;
   ASSERT_EQ(capacity.total_units(), 10);
   // 13 tokens + 4 lookahead = 17 tokens = 5 pages of 4 tokens.
-  const int a = capacity.allocate(13);
+  const int a = capacity.allocate(13, {}).slot;
   EXPECT_EQ(capacity.used_units(), 5);
   EXPECT_TRUE(capacity.grow(a, 16));  // 20 tokens: still 5
   EXPECT_EQ(capacity.used_units(), 5);
   EXPECT_TRUE(capacity.grow(a, 17));  // 21 tokens: 6
   EXPECT_EQ(capacity.used_units(), 6);
-  EXPECT_FALSE(capacity.can_allocate(13));  // 5 more would make 11 > 10
-  EXPECT_TRUE(capacity.can_allocate(12));   // 4
+  EXPECT_FALSE(capacity.can_allocate(13, {}));  // 5 more would make 11 > 10
+  EXPECT_TRUE(capacity.can_allocate(12, {}));   // 4
   HybridBatch batch;
   batch.prefills.push_back({.slot = a, .cached_len = 0, .num_new = 17, .token_offset = 0});
   ASSERT_TRUE(capacity.prepare(batch).ok());
@@ -211,10 +211,10 @@ TEST(KvStoreAdmission, PromisesCountLookaheadAndHeldPages) {
   // Deferred reclamation: slot a keeps its 6 pages; the next request may get
   // them, so admission budgets for them.
   EXPECT_EQ((*cache)->slot_depth(a), 6);
-  const int b = capacity.allocate(1);
+  const int b = capacity.allocate(1, {}).slot;
   EXPECT_EQ(b, a);  // best fit: the slot that already covers it
   EXPECT_EQ(capacity.used_units(), 6);
-  EXPECT_TRUE(capacity.can_allocate(1));
+  EXPECT_TRUE(capacity.can_allocate(1, {}));
   EXPECT_FALSE(capacity.grow(b, 128));  // beyond what 10 pages back
   EXPECT_EQ(capacity.used_units(), 6);  // a failed grow changes nothing
   EXPECT_DOUBLE_EQ(capacity.usage(), 0.6);
@@ -232,7 +232,7 @@ TEST(KvStoreAdmission, APrefillChunkMapsTheNextChunkAheadWithinThePromise) {
                                         provider);
   ASSERT_TRUE(cache.ok());
   kvcache::KvStore& capacity = **cache;
-  const int a = capacity.allocate(40);  // a 40-token prompt: 10 pages promised
+  const int a = capacity.allocate(40, {}).slot;  // a 40-token prompt: 10 pages promised
   EXPECT_EQ(capacity.used_units(), 10);
   HybridBatch batch;
   batch.prefills.push_back({.slot = a, .cached_len = 0, .num_new = 8, .token_offset = 0});
@@ -273,8 +273,12 @@ TEST(KvStoreAdmission, PagedBaselineUnderTheSameWorkload) {
         : inner_(inner), memory_(memory) {}
     int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
     std::int64_t capacity_tokens() const override { return inner_.capacity_tokens(); }
-    bool can_allocate(int n) const override { return inner_.can_allocate(n); }
-    int allocate(int n) override { return inner_.allocate(n); }
+    bool can_allocate(int n, const kvcache::PrefixQuery& q) const override {
+      return inner_.can_allocate(n, q);
+    }
+    kvcache::Allocation allocate(int n, const kvcache::PrefixQuery& q) override {
+      return inner_.allocate(n, q);
+    }
     bool grow(int slot, int n) override { return inner_.grow(slot, n); }
     void free(int slot) override {
       memory_.wipe(slot);
@@ -302,8 +306,12 @@ class NoHintCapacity final : public kvcache::KvCapacity {
   explicit NoHintCapacity(kvcache::KvStore& inner) : inner_(inner) {}
   int max_tokens_per_slot() const override { return inner_.max_tokens_per_slot(); }
   std::int64_t capacity_tokens() const override { return inner_.capacity_tokens(); }
-  bool can_allocate(int n) const override { return inner_.can_allocate(n); }
-  int allocate(int n) override { return inner_.allocate(n); }
+  bool can_allocate(int n, const kvcache::PrefixQuery& q) const override {
+    return inner_.can_allocate(n, q);
+  }
+  kvcache::Allocation allocate(int n, const kvcache::PrefixQuery& q) override {
+    return inner_.allocate(n, q);
+  }
   bool grow(int slot, int n) override { return inner_.grow(slot, n); }
   void free(int slot) override { inner_.free(slot); }
   Status prepare(const HybridBatch& b) override { return inner_.prepare(b); }
@@ -422,9 +430,9 @@ TEST(KvStoreAdmission, RandomAdmissionsWithPreMappingKeepPromisesExact) {
       // Usually the hinted request, sometimes another one.
       const int n = uniform(0, 3) == 0 ? uniform(1, 128) : next_prompt;
       next_prompt = uniform(1, 128);
-      if (capacity.can_allocate(n)) {
+      if (capacity.can_allocate(n, {})) {
         const std::int64_t used = capacity.used_units();
-        running.push_back({capacity.allocate(n), n, 0});
+        running.push_back({capacity.allocate(n, {}).slot, n, 0});
         ASSERT_LE(capacity.used_units(), capacity.total_units()) << "admission over-promised";
         ASSERT_GT(capacity.used_units(), used);
         ++admitted;

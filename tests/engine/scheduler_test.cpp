@@ -104,7 +104,7 @@ class Sim {
       const Request* head = first_waiting();
       if (head && s.num_preempted == 0 &&
           scheduler.num_running() < static_cast<std::size_t>(config.scheduler.max_num_seqs)) {
-        EXPECT_FALSE(kv.can_allocate(head->num_tokens()))
+        EXPECT_FALSE(kv.can_allocate(head->num_tokens(), {}))
             << "budget left and request " << head->id << " could have been admitted";
       }
     }

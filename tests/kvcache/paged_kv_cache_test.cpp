@@ -93,15 +93,15 @@ TEST(PagedKvCache, PromisesBlocksAndPreparesTheStep) {
   PagedKvCache& cache = **created;
   EXPECT_EQ(cache.total_units(), 20);
   EXPECT_EQ(cache.max_tokens_per_slot(), 300);
-  EXPECT_FALSE(cache.can_allocate(301));
-  const int a = cache.allocate(40);  // 3 blocks
+  EXPECT_FALSE(cache.can_allocate(301, {}));
+  const int a = cache.allocate(40, {}).slot;  // 3 blocks
   EXPECT_EQ(cache.used_units(), 3);
   EXPECT_TRUE(cache.grow(a, 48));  // still 3
   EXPECT_EQ(cache.used_units(), 3);
   EXPECT_TRUE(cache.grow(a, 49));  // 4
   EXPECT_EQ(cache.used_units(), 4);
-  EXPECT_TRUE(cache.can_allocate(256));   // 16 blocks: 20 in all
-  EXPECT_FALSE(cache.can_allocate(257));  // 17
+  EXPECT_TRUE(cache.can_allocate(256, {}));   // 16 blocks: 20 in all
+  EXPECT_FALSE(cache.can_allocate(257, {}));  // 17
   EXPECT_FALSE(cache.grow(a, 301));
   EXPECT_EQ(cache.used_units(), 4);  // a failed grow changes nothing
   HybridBatch batch;
