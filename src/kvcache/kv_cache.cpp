@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "common/splitmix64.h"
 #include "kvcache/kv_mapper.h"
 #include "kvcache/kv_memory.h"
 
@@ -83,7 +84,25 @@ Status KvCache::init() {
         "KV memory budget of {} bytes is less than one depth step ({} pages of {} bytes)",
         config_.memory_bytes, g.num_regions, g.page_bytes));
   }
-  VPOD_ASSIGN_OR_RETURN(memory_, KvMemory::create(provider_, g, config_.memory_bytes));
+  // The K/V of a block depend on the model, and bytes mean different things
+  // under another shape, dtype or layout.
+  std::uint64_t store_salt = splitmix64(config_.prefix_salt);
+  for (const std::uint64_t part :
+       {std::uint64_t(shape.num_layers), std::uint64_t(shape.num_kv_heads),
+        std::uint64_t(shape.head_dim), std::uint64_t(shape.dtype), std::uint64_t(config_.layout)}) {
+    store_salt = splitmix64(store_salt ^ part);
+  }
+  VPOD_ASSIGN_OR_RETURN(memory_, KvMemory::create(provider_, g, config_.memory_bytes,
+                                                  config_.prefix_caching, store_salt));
+  block_tokens_ = memory_->with_state(
+      [](const SlotLedger& ledger, const KvStats&) { return ledger.block_tokens(); });
+  if (config_.prefix_caching && block_tokens_ == 0) {
+    VPOD_LOG_WARN(
+        "prefix caching is off: a {}-byte page does not hold a whole number of {}-byte tokens",
+        g.page_bytes, g.region_token_bytes);
+  }
+  shared_steps_.assign(config_.max_slots, 0);
+  to_index_.reserve(config_.max_slots);
   for (int l = 0; l < shape.num_layers; ++l) layer_views_.push_back(layer_view(l));
   // One unit of promise = one depth step: a page in each region.
   const std::int64_t total_steps = memory_->with_state([](const SlotLedger& ledger,
@@ -172,9 +191,7 @@ KvLayerView KvCache::layer_view(int layer) const {
 // ----------------------------------------------------------------------------
 Result<int> KvCache::acquire(std::int64_t expected_tokens) {
   VPOD_RETURN_IF_ERROR(check_tokens(expected_tokens));
-  const std::int64_t need = pages_for_tokens(expected_tokens);
-  const int slot =
-      memory_->with_state([&](SlotLedger& ledger, KvStats&) { return ledger.acquire(need); });
+  const int slot = memory_->acquire(pages_for_tokens(expected_tokens), {}, 0).slot;
   if (slot < 0) {
     return resource_exhausted(fmt::format("all {} KV slots are in use", config_.max_slots));
   }
@@ -243,7 +260,8 @@ Result<PrepareTicket> KvCache::prepare(std::span<const SlotTokens> next) {
     }
     return PrepareTicket{0};
   }
-  if (!need_desired) return PrepareTicket{0};  // everything already backed
+  // Everything already backed (a queued truncation still needs the mapper).
+  if (!need_desired && !memory_->has_truncations()) return PrepareTicket{0};
   return mapper_->post(next, need_required);
 }
 
@@ -281,45 +299,46 @@ std::int64_t KvCache::promise_units(std::int64_t tokens) const {
   return promises_.promise_units(pages_for_tokens(tokens), pages_for_tokens(mapped));
 }
 
-bool KvCache::can_allocate(int num_tokens, const PrefixQuery& /*prefix*/) const {
-  if (num_tokens > config_.max_ctx || num_free_slots() == 0) return false;
-  if (mapper_ != nullptr) mapper_->settle_prewarm();  // free slots' depths stay put
-  std::int64_t need = promise_units(num_tokens);
-  if (config_.reclaim == ReclaimPolicy::deferred) {
-    // acquire() picks the free slot whose held depth best fits: the smallest
-    // one that covers the request, if any (else one holding less than the
-    // request needs, which the promise covers anyway). allocate() accounts
-    // the depth it actually gets.
-    const std::int64_t request_units = pages_for_tokens(num_tokens);
-    const std::int64_t best_fit =
-        memory_->with_state([&](const SlotLedger& ledger, const KvStats&) {
-          std::int64_t best = -1;
-          for (int s = 0; s < config_.max_slots; ++s) {
-            const SlotLedger::Slot& slot = ledger.slot(s);
-            if (slot.active) continue;
-            if (slot.depth >= request_units && (best < 0 || slot.depth < best)) best = slot.depth;
-          }
-          return best;
-        });
-    need = std::max(need, best_fit);
-  }
-  return promises_.fits(need);
+std::int64_t KvCache::private_units(std::int64_t tokens, const AcquirePlan& plan) const {
+  std::int64_t units = std::max<std::int64_t>(0, promise_units(tokens) - plan.shared_steps);
+  // Deferred reclamation: the pages an idle slot still holds become the new
+  // owner's (acquire() picks the best fit), so they count in its promise.
+  if (config_.reclaim == ReclaimPolicy::deferred) units = std::max(units, plan.private_steps);
+  return units;
 }
 
-Allocation KvCache::allocate(int num_tokens, const PrefixQuery& /*prefix*/) {
+int KvCache::max_shared_blocks(int num_tokens) const {
+  // The last token is always computed (its logits); a slot never writes
+  // into a block, so a fully cached request recomputes its last block.
+  return block_tokens_ > 0 ? (num_tokens - 1) / block_tokens_ : 0;
+}
+
+bool KvCache::can_allocate(int num_tokens, const PrefixQuery& prefix) const {
+  if (num_tokens > config_.max_ctx || num_free_slots() == 0) return false;
+  if (mapper_ != nullptr) mapper_->settle_prewarm();  // free slots' depths stay put
+  const AcquirePlan plan =
+      memory_->plan(pages_for_tokens(num_tokens), prefix, max_shared_blocks(num_tokens));
+  return plan.slot >= 0 && promises_.fits(private_units(num_tokens, plan) + plan.newly_pinned);
+}
+
+Allocation KvCache::allocate(int num_tokens, const PrefixQuery& prefix) {
+  VPOD_CHECK_MSG(num_tokens <= config_.max_ctx, "KV allocate beyond max_ctx");
   if (mapper_ != nullptr) mapper_->settle_prewarm();
-  Result<int> slot = acquire(num_tokens);
-  VPOD_CHECK_MSG(slot.ok(), "KV acquire after can_allocate: " + slot.status().to_string());
-  std::int64_t units = promise_units(num_tokens);
-  if (config_.reclaim == ReclaimPolicy::deferred) units = std::max(units, slot_depth(*slot));
-  promises_.open(*slot, units, num_tokens);
-  return {.slot = *slot, .cached_tokens = 0};
+  const AcquirePlan plan =
+      memory_->acquire(pages_for_tokens(num_tokens), prefix, max_shared_blocks(num_tokens));
+  VPOD_CHECK_MSG(plan.slot >= 0, "KV allocate after can_allocate: no free slot");
+  promises_.open(plan.slot, private_units(num_tokens, plan), num_tokens);
+  shared_steps_[plan.slot] = plan.shared_steps;
+  promises_.set_shared(pinned_blocks());
+  return {.slot = plan.slot, .cached_tokens = static_cast<int>(plan.shared_steps) * block_tokens_};
 }
 
 bool KvCache::grow(int slot, int num_tokens) {
   VPOD_CHECK(promises_.is_open(slot));
   if (num_tokens > config_.max_ctx) return false;
-  return promises_.raise(slot, promise_units(num_tokens), num_tokens);
+  const std::int64_t units =
+      std::max<std::int64_t>(0, promise_units(num_tokens) - shared_steps_[slot]);
+  return promises_.raise(slot, units, num_tokens);
 }
 
 void KvCache::free(int slot) {
@@ -327,15 +346,40 @@ void KvCache::free(int slot) {
   const Status status = release(slot, config_.reader_stream);
   VPOD_CHECK_MSG(status.ok(), "KV release: " + status.to_string());
   promises_.close(slot);
+  shared_steps_[slot] = 0;
+  promises_.set_shared(pinned_blocks());
+}
+
+void KvCache::cache_prompt(int slot, std::span<const std::int32_t> prompt, int computed) {
+  if (block_tokens_ == 0 || computed < block_tokens_) return;
+  to_index_.push_back(
+      {slot, prompt.first(std::min(prompt.size(), static_cast<std::size_t>(computed)))});
 }
 
 Status KvCache::prepare(const HybridBatch& batch) {
   promises_.step_targets(batch, targets_);
-  VPOD_ASSIGN_OR_RETURN(const PrepareTicket ticket, prepare(std::span<const SlotTokens>(targets_)));
-  // After the step's own growth is posted (the mapper does that first): the
-  // next admission's first chunk, mapped while this step runs.
-  expect_acquire(next_admission_tokens_, next_admission_chunk_);
-  return wait(ticket);
+  Result<PrepareTicket> ticket = prepare(std::span<const SlotTokens>(targets_));
+  if (ticket.ok()) {
+    // After the step's own growth is posted (the mapper does that first): the
+    // next admission's first chunk, mapped while this step runs.
+    expect_acquire(next_admission_tokens_, next_admission_chunk_);
+  }
+  const Status status = ticket.ok() ? wait(*ticket) : ticket.status();
+  if (status.ok() && !to_index_.empty()) {
+    // The step's pages are mapped and its kernels, queued next, write them
+    // before any later step reads them: index its prompts' full steps now.
+    memory_->with_state([&](SlotLedger& ledger, KvStats&) {
+      for (const PromptToIndex& p : to_index_) {
+        const std::int64_t indexed = ledger.index_prompt(p.slot, p.tokens);
+        if (indexed == 0) continue;  // nothing new, or the slot was freed meanwhile
+        promises_.lower(p.slot, indexed);
+        shared_steps_[p.slot] += indexed;
+      }
+    });
+    promises_.set_shared(pinned_blocks());
+  }
+  to_index_.clear();
+  return status;
 }
 
 void KvCache::expect_admission(int num_tokens, int first_chunk_tokens) {
@@ -378,8 +422,19 @@ KvStats KvCache::stats() const {
   return memory_->with_state([&](const SlotLedger& ledger, const KvStats& counters) {
     KvStats stats = counters;
     ledger.add_stats(stats, bytes_per_token);
+    stats.prefix_blocks_cached = ledger.index().size();
+    stats.prefix_blocks_unreferenced = ledger.index().num_unreferenced();
+    stats.prefix_evictions = ledger.evictions();
     return stats;
   });
+}
+
+bool KvCache::prefix_caching() const { return block_tokens_ > 0; }
+int KvCache::prefix_block_tokens() const { return block_tokens_; }
+
+std::int64_t KvCache::pinned_blocks() const {
+  return memory_->with_state(
+      [](const SlotLedger& ledger, const KvStats&) { return ledger.pinned_blocks(); });
 }
 
 KvCache::PrewarmStats KvCache::prewarm_stats() const {

@@ -56,6 +56,21 @@
 // what allocate gets, and pre-mapped pages (at most the hinted request's)
 // fit in that request's promise.
 //
+// Prefix caching (config.prefix_caching). A depth step (a page in every
+// region) holds a whole token range of the slot: 2 MiB / (layers x kv_heads x
+// head_dim x 2 bytes) tokens of every layer with the all-layers layout (32
+// for Llama-3-8B), 2 MiB / (kv_heads x head_dim x 2 bytes) with per-layer
+// (1024 for Llama-3-8B: coarser, fewer hits). Once the step computing a
+// prompt's full depth step is queued (cache_prompt, applied in prepare()),
+// the step's pages become an indexed block. A later request whose tokens
+// start with indexed blocks gets a slot with those blocks' physical pages
+// mapped at the start of its own virtual range (no copy; the slot that
+// already maps most of them is preferred, so a conversation's next turn
+// usually maps nothing), and its prefill starts after them: its K/V stays
+// one contiguous tensor and no kernel changes. Admission counts a block
+// that running requests share once (PromiseLedger's shared units). Details
+// of lifetimes and eviction: slot_ledger.h.
+//
 // The parts: SlotLedger (slot_ledger.h: pages and slots, pure logic),
 // KvMemory (kv_memory.h: the mappings and the driver calls around the
 // ledger), KvMapper (kv_mapper.h: the mapper thread); this class is the
@@ -167,6 +182,11 @@ class KvCache final : public KvStore {
   // next admission's first chunk (expect_admission's hint).
   Status prepare(const HybridBatch& batch) override;
   void expect_admission(int num_tokens, int first_chunk_tokens) override;
+  void cache_prompt(int slot, std::span<const std::int32_t> prompt, int computed) override;
+  // Whether prefix caching is on (asked for, and the shapes put whole
+  // tokens in a page), and the tokens of one block.
+  bool prefix_caching() const;
+  int prefix_block_tokens() const;
   double usage() const override { return promises_.usage(); }
 
   // KvStore.
@@ -230,6 +250,12 @@ class KvCache final : public KvStore {
   Status check_tokens(std::int64_t tokens) const;
   // Depth steps a promise of `tokens` takes (see PromiseLedger).
   std::int64_t promise_units(std::int64_t tokens) const;
+  // The slot's own units of a promise of `tokens` on a slot planned by `plan`.
+  std::int64_t private_units(std::int64_t tokens, const AcquirePlan& plan) const;
+  // Blocks a request of `num_tokens` may share: never all its tokens.
+  int max_shared_blocks(int num_tokens) const;
+  // Blocks running requests hold (the promise ledger's shared units).
+  std::int64_t pinned_blocks() const;
 
   const KvCacheConfig config_;
   std::shared_ptr<VmmProvider> provider_;
@@ -244,6 +270,15 @@ class KvCache final : public KvStore {
   std::vector<SlotTokens> targets_;  // prepare(batch) scratch, [max_slots]
   std::int64_t next_admission_tokens_ = 0;
   std::int64_t next_admission_chunk_ = 0;
+  // Prefix caching (engine thread): each slot's shared leading steps, and
+  // the prompts cache_prompt() reported this step, indexed in prepare().
+  std::vector<std::int64_t> shared_steps_;  // [max_slots]
+  struct PromptToIndex {
+    int slot = 0;
+    std::span<const std::int32_t> tokens;
+  };
+  std::vector<PromptToIndex> to_index_;  // reserved [max_slots]
+  int block_tokens_ = 0;                 // 0: prefix caching off
 };
 
 }  // namespace vpod::kvcache

@@ -13,7 +13,10 @@
 // is taken before state and never together with mapping.)
 //
 // Pages a kernel may still read are never unmapped: reclaiming an idle
-// slot's tail first waits on the fence recorded at its release. A grow that
+// slot's tail, or truncating a reused slot for its new owner (prefix
+// caching), first waits on the fence recorded at its release. Truncations
+// are queued by acquire() and unmapped by the next holder of the mapping
+// mutex, before it maps anything. A grow that
 // fails in region r unmaps regions 0..r-1 and returns the pages to the free
 // list in their LIFO order; growth whose slot changed owner while it mapped
 // is unmapped again (it was never within backed_tokens()).
@@ -24,10 +27,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "kvcache/kv_store.h"
 #include "kvcache/page_pool.h"
+#include "kvcache/prefix_index.h"
 #include "kvcache/slot_ledger.h"
 #include "kvcache/vmm.h"
 
@@ -38,10 +43,12 @@ class KvMemory {
   using MapLock = std::unique_lock<std::mutex>;
 
   // Reserves max_slots x num_regions slots of max_depth pages, creates
-  // min(memory_bytes, that) bytes of pages and one fence per slot.
+  // min(memory_bytes, that) bytes of pages and one fence per slot. With
+  // `prefix_caching`, computed prompt steps are indexed under `prefix_salt`.
   static Result<std::unique_ptr<KvMemory>> create(std::shared_ptr<VmmProvider> provider,
                                                   const PageGeometry& geometry,
-                                                  std::size_t memory_bytes);
+                                                  std::size_t memory_bytes, bool prefix_caching,
+                                                  std::uint64_t prefix_salt);
   // Waits for every slot's readers (active slots' readers left no fence: all
   // device work), then unmaps, releases the pages and frees the range.
   ~KvMemory();
@@ -67,10 +74,22 @@ class KvMemory {
     return f(static_cast<const SlotLedger&>(ledger_), static_cast<const KvStats&>(counters_));
   }
 
+  // Takes the free slot that best fits a request of `need_depth` steps whose
+  // tokens start with `matched` blocks (empty: no prefix caching or no hit),
+  // (at most max_blocks), for a new owner with the query's salt. -1 when
+  // every slot is active. Truncations it needs are queued (unmapped before the slot grows).
+  // Matching and acquiring happen under one lock, so no matched block can be
+  // evicted in between. plan() is what acquire() would do now.
+  AcquirePlan acquire(std::int64_t need_depth, const PrefixQuery& prefix, int max_blocks);
+  AcquirePlan plan(std::int64_t need_depth, const PrefixQuery& prefix, int max_blocks) const;
+  // Unmaps the truncations acquire() queued (waiting on each slot's fence).
+  Status settle_truncations(const MapLock& map_lock);
+  bool has_truncations() const;
+
   // Grows the slot to `target_depth` (no-op if it is there or `policy` no
-  // longer holds). Reclaims idle slots' tails first if policy.reclaim and the
-  // free list is short; else resource_exhausted. `on_mapper` counts the pages
-  // as the mapper thread's.
+  // longer holds). Steps the slot plans to share map their blocks' pages. Reclaims idle slots'
+  // tails first if policy.reclaim and the free list is short; else resource_exhausted. `on_mapper`
+  // counts the pages as the mapper thread's.
   Status grow(const MapLock& map_lock, int slot, std::int64_t target_depth, GrowPolicy policy,
               bool on_mapper);
   // Ends the slot's owner: records its fence on `last_reader`, keeps its
@@ -90,12 +109,13 @@ class KvMemory {
 
  private:
   explicit KvMemory(std::shared_ptr<VmmProvider> provider, const PageGeometry& geometry);
-  Status init(std::size_t memory_bytes);
+  Status init(std::size_t memory_bytes, bool prefix_caching, std::uint64_t prefix_salt);
   Mapping& mapping(int slot, int region) {
     return mappings_[static_cast<std::size_t>(slot) * geometry_.num_regions + region];
   }
-  // Makes the free list hold `pages_needed` pages, reclaiming idle slots'
-  // tails (never exclude_slot's) if it must.
+  // Makes the free list hold `pages_needed` pages, evicting unreferenced
+  // cached blocks and reclaiming idle slots' tails (never exclude_slot's) if
+  // it must.
   Status take_from_idle(std::int64_t pages_needed, int exclude_slot);
   // Waits on each planned victim's fence, unmaps its tail, returns the pages.
   // On a failed fence wait, the unprocessed victims keep their pages.
@@ -119,6 +139,10 @@ class KvMemory {
   std::vector<PageId> scratch_ids_;
   std::vector<PageHandle> scratch_handles_;
   std::vector<Victim> scratch_victims_;
+  std::vector<Victim> truncations_;          // queued by acquire(); under state_mutex_
+  std::vector<Victim> scratch_truncations_;  // being unmapped; under map_mutex_
+  std::vector<PageId> scratch_fresh_;        // growth's pages from the free list
+  mutable std::vector<PrefixIndex::BlockId> scratch_matched_;  // under state_mutex_
 };
 
 }  // namespace vpod::kvcache

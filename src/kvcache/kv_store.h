@@ -83,6 +83,12 @@ struct KvStats {
   double mapper_busy_seconds = 0.0;  // time it spent growing slots
   std::int64_t wait_calls = 0;
   double wait_seconds = 0.0;  // step thread blocked in wait()
+  // Prefix caching. A cached block is one depth step of pages (vAttention) or
+  // one block (paged).
+  std::int64_t prefix_blocks_cached = 0;        // indexed now
+  std::int64_t prefix_blocks_unreferenced = 0;  // of those, held by no slot (evictable)
+  std::int64_t prefix_evictions = 0;            // blocks dropped from the index so far
+  std::int64_t prefix_pages_mapped = 0;         // vAttention: pages mapped to share a block, so far
 };
 
 // Two levels of verbs on one object. The scheduler uses KvCapacity's

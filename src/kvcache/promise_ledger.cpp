@@ -52,6 +52,18 @@ void PromiseLedger::close(int slot) {
   slot_tokens_[slot] = 0;
 }
 
+void PromiseLedger::lower(int slot, std::int64_t units) {
+  VPOD_CHECK(is_open(slot) && units >= 0 && units <= slot_units_[slot]);
+  slot_units_[slot] -= units;
+  used_units_ -= units;
+}
+
+void PromiseLedger::set_shared(std::int64_t units) {
+  VPOD_CHECK(units >= 0);
+  used_units_ += units - shared_units_;
+  shared_units_ = units;
+}
+
 void PromiseLedger::step_targets(const HybridBatch& batch, std::vector<SlotTokens>& out) const {
   out.clear();
   // A prompt that does not finish this step got less than it wanted because

@@ -6,6 +6,10 @@
 // A promise for `tokens` covers the tokens themselves plus what the store
 // maps ahead of them (vAttention's lookahead: mapped from free pages into an
 // active slot, so not reclaimable by others), capped at the whole cache.
+//
+// With prefix caching, units shared by several slots (blocks that running
+// requests hold) are counted once, as `shared` units beside the slots' own:
+// used = sum of slots' private units + shared units <= total.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,12 @@ class PromiseLedger {
   // changes, if the extra units do not fit.
   bool raise(int slot, std::int64_t units, std::int64_t tokens);
   void close(int slot);
+  // A slot's own units turned shared (its blocks were indexed): its promise
+  // shrinks by `units`; the caller counts them in set_shared().
+  void lower(int slot, std::int64_t units);
+  // Units held once on behalf of every slot sharing them.
+  void set_shared(std::int64_t units);
+  std::int64_t shared_units() const { return shared_units_; }
 
   // This step's targets for KvStore::prepare: each sequence's context, and
   // for a prefill chunk the end of the prompt's next chunk (`ahead`), never
@@ -47,7 +57,8 @@ class PromiseLedger {
 
  private:
   std::int64_t total_units_ = 0;
-  std::int64_t used_units_ = 0;
+  std::int64_t used_units_ = 0;  // slots' units + shared_units_
+  std::int64_t shared_units_ = 0;
   std::vector<std::int64_t> slot_units_;   // [max_slots] promised units; -1 = none
   std::vector<std::int64_t> slot_tokens_;  // [max_slots] tokens the promise was made for
 };

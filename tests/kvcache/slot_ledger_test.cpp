@@ -211,7 +211,7 @@ TEST_P(SlotLedgerProperty, RandomOperationsMatchTheModel) {
         for (std::int64_t i = needed; i > 0; --i) model.free.push_back(taken[i - 1]);
         ++rollbacks;
       } else {
-        ledger.commit(s, m.depth(), count, taken, false);
+        ledger.commit(s, m.depth(), count, taken, count, false);
         for (int r = 0; r < num_regions; ++r) {
           for (std::int64_t i = 0; i < count; ++i) m.regions[r].push_back(taken[r * count + i]);
         }
@@ -309,7 +309,7 @@ TEST(PromiseLedger, AdmissionNeverOverPromises) {
     }
     const std::span<PageId> taken(ids.data(), static_cast<std::size_t>(needed));
     ASSERT_TRUE(ledger.take_free(taken));
-    ledger.commit(s, ledger.slot(s).depth, count, taken, false);
+    ledger.commit(s, ledger.slot(s).depth, count, taken, count, false);
   };
   const auto back = [&](int s, std::int64_t tokens) {
     grow_to(s, g.pages_for_tokens(tokens), true);
