@@ -125,7 +125,9 @@ Status FaultInjectingProvider::map(void* addr, std::span<const PageHandle> pages
   std::lock_guard lock(mutex_);
   const auto base = reinterpret_cast<std::uintptr_t>(addr);
   for (std::size_t i = 0; i < pages.size(); ++i) {
-    if (!mapped_pages_.insert(pages[i]).second) ++ledger_.double_maps;
+    // A page mapped again must be at a new address (shared); an address
+    // mapped twice is always a bug.
+    if (mapped_pages_[pages[i]]++ > 0) ++ledger_.shared_maps;
     if (!page_at_.emplace(base + i * inner_->page_bytes(), pages[i]).second) ++ledger_.double_maps;
     ++ledger_.pages_mapped_now;
   }
@@ -143,11 +145,25 @@ Status FaultInjectingProvider::unmap(void* addr, std::size_t num_pages) {
       ++ledger_.bad_unmaps;
       continue;
     }
-    mapped_pages_.erase(it->second);
+    if (--mapped_pages_[it->second] == 0) mapped_pages_.erase(it->second);
     page_at_.erase(it);
     --ledger_.pages_mapped_now;
   }
   return {};
+}
+
+void FaultInjectingProvider::release_page(PageHandle page) {
+  {
+    std::lock_guard lock(mutex_);
+    if (mapped_pages_.contains(page)) ++ledger_.released_while_mapped;
+  }
+  inner_->release_page(page);
+}
+
+int FaultInjectingProvider::mappings_of(PageHandle page) const {
+  std::lock_guard lock(mutex_);
+  const auto it = mapped_pages_.find(page);
+  return it == mapped_pages_.end() ? 0 : it->second;
 }
 
 Result<std::unique_ptr<Fence>> FaultInjectingProvider::create_fence() {

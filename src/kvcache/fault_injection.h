@@ -1,8 +1,10 @@
 // A VmmProvider wrapper for tests: it forwards every call to a real provider
 // and, on request, refuses chosen calls (the k-th map, the k-th page
 // creation), holds fences closed until the test opens them, and keeps an
-// independent ledger of what is mapped where, so tests can check that no page
-// is ever mapped twice and nothing is unmapped that was not mapped.
+// independent ledger of what is mapped where, so tests can check that no
+// address is mapped twice, no page is mapped at two addresses unless the
+// cache shares it (prefix caching), no page is released while mapped, and
+// nothing is unmapped that was not mapped.
 #pragma once
 
 #include <chrono>
@@ -11,7 +13,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "kvcache/vmm.h"
 
@@ -41,8 +42,10 @@ class FaultInjectingProvider final : public VmmProvider {
     std::int64_t map_calls = 0;
     std::int64_t unmap_calls = 0;
     std::int64_t pages_mapped_now = 0;  // live mappings
-    std::int64_t double_maps = 0;       // a page mapped while already mapped
-    std::int64_t bad_unmaps = 0;        // an address unmapped that was not mapped
+    std::int64_t double_maps = 0;       // an address mapped while already mapped
+    std::int64_t shared_maps = 0;       // a page mapped at a second address (prefix caching)
+    std::int64_t released_while_mapped = 0;
+    std::int64_t bad_unmaps = 0;  // an address unmapped that was not mapped
     std::int64_t injected_failures = 0;
     std::int64_t fence_waits_blocked = 0;  // waits that found the gate closed
   };
@@ -57,7 +60,9 @@ class FaultInjectingProvider final : public VmmProvider {
     inner_->free_reservation(base, bytes);
   }
   Result<PageHandle> create_page() override;
-  void release_page(PageHandle page) override { inner_->release_page(page); }
+  void release_page(PageHandle page) override;
+  // Addresses the page is mapped at now.
+  int mappings_of(PageHandle page) const;
   Status map(void* addr, std::span<const PageHandle> pages) override;
   Status unmap(void* addr, std::size_t num_pages) override;
   Result<std::unique_ptr<Fence>> create_fence() override;
@@ -76,7 +81,7 @@ class FaultInjectingProvider final : public VmmProvider {
   std::uint64_t gate_generation_ = 0;
   Ledger ledger_;
   std::unordered_map<std::uintptr_t, PageHandle> page_at_;  // mapped address -> page
-  std::unordered_set<PageHandle> mapped_pages_;
+  std::unordered_map<PageHandle, int> mapped_pages_;        // page -> addresses it is mapped at
 };
 
 }  // namespace vpod::kvcache

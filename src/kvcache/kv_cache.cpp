@@ -425,6 +425,7 @@ KvStats KvCache::stats() const {
     stats.prefix_blocks_cached = ledger.index().size();
     stats.prefix_blocks_unreferenced = ledger.index().num_unreferenced();
     stats.prefix_evictions = ledger.evictions();
+    stats.prefix_truncations = ledger.truncations();
     return stats;
   });
 }

@@ -89,6 +89,7 @@ struct KvStats {
   std::int64_t prefix_blocks_unreferenced = 0;  // of those, held by no slot (evictable)
   std::int64_t prefix_evictions = 0;            // blocks dropped from the index so far
   std::int64_t prefix_pages_mapped = 0;         // vAttention: pages mapped to share a block, so far
+  std::int64_t prefix_truncations = 0;  // vAttention: reused slots' tails unmapped for a plan
 };
 
 // Two levels of verbs on one object. The scheduler uses KvCapacity's

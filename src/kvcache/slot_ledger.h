@@ -200,6 +200,7 @@ class SlotLedger {
   // Blocks with at least one active holder (admission counts each once).
   std::int64_t pinned_blocks() const { return pinned_; }
   std::int64_t evictions() const { return evictions_; }
+  std::int64_t truncations() const { return truncations_; }
   // The request's matched blocks (at most max_blocks) into `out`.
   int match(std::span<const std::int32_t> tokens, std::uint64_t salt, int max_blocks,
             std::vector<PrefixIndex::BlockId>& out) const;
@@ -282,6 +283,7 @@ class SlotLedger {
   std::vector<std::int32_t> block_active_;  // [index capacity] active holders
   std::int64_t pinned_ = 0;
   std::int64_t evictions_ = 0;
+  std::int64_t truncations_ = 0;
 };
 
 }  // namespace vpod::kvcache

@@ -92,6 +92,7 @@ std::int64_t SlotLedger::acquire(const AcquirePlan& plan,
     Victim victim = take_tail(s, slot.depth - plan.keep_depth);
     victim.truncation = true;
     slot.truncating += victim.count;
+    ++truncations_;
     truncations.push_back(victim);
   }
   const std::int64_t m = plan.shared_steps;

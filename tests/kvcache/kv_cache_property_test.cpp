@@ -244,6 +244,7 @@ TEST_P(KvCacheProperty, RandomOperationSequencesKeepEveryInvariant) {
     ASSERT_TRUE(invariants.ok()) << "op " << op_index << ": " << invariants.to_string();
     const FaultInjectingProvider::Ledger ledger = provider->ledger();
     ASSERT_EQ(ledger.double_maps, 0);
+    ASSERT_EQ(ledger.shared_maps, 0);  // no prefix caching: no page shared
     ASSERT_EQ(ledger.bad_unmaps, 0);
   }
   for (const Pending& p : pending) finish_wait(p);
@@ -417,6 +418,7 @@ TEST(KvCacheConcurrency, PrepareRacesTheConsumer) {
     EXPECT_GT(finished, 10);
     ASSERT_TRUE(cache.check_invariants().ok());
     EXPECT_EQ(provider->ledger().double_maps, 0);
+    EXPECT_EQ(provider->ledger().shared_maps, 0);  // no prefix caching: no page shared
     EXPECT_EQ(provider->ledger().pages_mapped_now, cache.stats().pages_mapped);
     const KvStats stats = cache.stats();
     EXPECT_GT(stats.mapper_pages, 0);

@@ -337,6 +337,7 @@ TEST(KvCacheFaults, FailedGrowRollsBackEveryRegion) {
   EXPECT_EQ(cache->backed_tokens(s), 64);
   EXPECT_EQ(provider->ledger().pages_mapped_now, ledger_before.pages_mapped_now);
   EXPECT_EQ(provider->ledger().double_maps, 0);
+  EXPECT_EQ(provider->ledger().shared_maps, 0);  // no prefix caching: no page shared
   ASSERT_TRUE(cache->check_invariants().ok());
   EXPECT_EQ(count_mismatches(*cache, s, 5, 0, 64), 0);
   ASSERT_TRUE(cache->ensure(s, 200).ok());  // the fault was one-shot
@@ -489,6 +490,7 @@ TEST(KvCachePrepare, GrowthPostedByAReleasedSlotsOwnerNeverReachesItsNextOwner) 
   EXPECT_GE(cache->backed_tokens(s), 40);
   ASSERT_TRUE(cache->check_invariants().ok());
   EXPECT_EQ(provider->ledger().double_maps, 0);
+  EXPECT_EQ(provider->ledger().shared_maps, 0);  // no prefix caching: no page shared
 }
 
 // ----------------------------------------------------------------------------
@@ -542,6 +544,7 @@ TEST(KvCachePrewarm, MapsTheSlotTheNextAcquirePicksAndThatAcquireUsesIt) {
     cache->drain();
     EXPECT_GE(cache->backed_tokens(old), 200);  // the next chunk, ahead
     EXPECT_EQ(provider->ledger().double_maps, 0);
+    EXPECT_EQ(provider->ledger().shared_maps, 0);  // no prefix caching: no page shared
     EXPECT_EQ(provider->ledger().pages_mapped_now, cache->stats().pages_mapped);
     ASSERT_TRUE(cache->check_invariants().ok());
 
@@ -619,6 +622,7 @@ TEST(KvCachePrewarm, AnAcquireDuringAChunkNeverGetsItsPages) {
   cache->drain();
   ASSERT_TRUE(cache->check_invariants().ok());
   EXPECT_EQ(provider->ledger().double_maps, 0);
+  EXPECT_EQ(provider->ledger().shared_maps, 0);  // no prefix caching: no page shared
 }
 
 TEST(KvCachePrewarm, SettleWaitsForTheChunkInFlightThenFreeSlotsStayPut) {
