@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/hybrid_batch.h"
 #include "common/kv_view.h"
 #include "cuda/device_buffer.h"
 #include "cuda/stream.h"
@@ -203,9 +204,13 @@ class PatternWriter {
   cuda::DeviceBuffer args_;  // [3][kMaxSlots]: slots, begin, end
 };
 
-// Copies slot memory back region by region and checks every element at the
-// address the layout definition gives. Returns the mismatch count.
-std::int64_t host_check(const KvCache& cache, int slot, std::int64_t tokens, std::uint32_t tag) {
+// Copies slot memory back region by region and checks every element of
+// tokens [begin, tokens) at the address the layout definition gives against
+// the pattern `pattern_slot` (default: the slot itself) wrote. Returns the
+// mismatch count.
+std::int64_t host_check(const KvCache& cache, int slot, std::int64_t tokens, std::uint32_t tag,
+                        int pattern_slot = -1, std::int64_t begin = 0) {
+  if (pattern_slot < 0) pattern_slot = slot;
   const KvCacheConfig& config = cache.config();
   const KvShape& shape = config.shape;
   const std::size_t elem = dtype_size(shape.dtype);
@@ -217,14 +222,14 @@ std::int64_t host_check(const KvCache& cache, int slot, std::int64_t tokens, std
     const std::int64_t per_token = head_elems * (layer_hi - layer_lo);
     host.resize(static_cast<std::size_t>(tokens * per_token) * elem);
     VPOD_CUDA_CHECK(cudaMemcpy(host.data(), region, host.size(), cudaMemcpyDeviceToHost));
-    for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t t = begin; t < tokens; ++t) {
       for (int layer = layer_lo; layer < layer_hi; ++layer) {
         for (int h = 0; h < shape.num_kv_heads; ++h) {
           for (int d = 0; d < shape.head_dim; ++d) {
             const std::size_t index = static_cast<std::size_t>(
                 t * per_token + (layer - layer_lo) * head_elems + h * shape.head_dim + d);
             bad += load_as_float(host.data(), shape.dtype, index) !=
-                   pattern_value(tag, slot, t, layer, kv, h, d, mask);
+                   pattern_value(tag, pattern_slot, t, layer, kv, h, d, mask);
           }
         }
       }
@@ -499,6 +504,54 @@ TEST(KvCacheGpu, ReleasedSlotIsNotUnmappedWhileAKernelStillReadsIt) {
   EXPECT_GE(cache.backed_tokens(b), 1000);
   EXPECT_GT(cache.stats().pages_reclaimed, 0);
   ASSERT_TRUE(cache.check_invariants().ok());
+}
+
+// Prefix caching: a second slot whose request starts with the first one's
+// indexed blocks maps the same physical pages at its own addresses; reads
+// through it return what the first slot wrote, and its own writes past the
+// blocks leave the first slot's K/V untouched.
+TEST(KvCacheGpu, PrefixBlocksAreTheSamePhysicalPagesInTwoSlots) {
+  VPOD_REQUIRE_GPU();
+  KvCacheConfig config =
+      gpu_config(KvLayout::all_layers, DType::f16, GrowthMode::background, std::size_t{1} << 30);
+  config.prefix_caching = true;
+  auto provider = std::make_shared<FaultInjectingProvider>(cuda_provider());
+  auto created = KvCache::create(config, provider);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  KvCache& cache = **created;
+  ASSERT_EQ(cache.prefix_block_tokens(), 256);  // 2 MiB / 8 KiB tokens
+  auto stream = cuda::Stream::create();
+  ASSERT_TRUE(stream.ok());
+  PatternWriter writer;
+  std::vector<std::int32_t> prompt(700);
+  for (int i = 0; i < 700; ++i) prompt[i] = 1000 + i;
+
+  const Allocation a = cache.allocate(700, {prompt, 0});
+  EXPECT_EQ(a.cached_tokens, 0);
+  HybridBatch batch;
+  batch.prefills.push_back({.slot = a.slot, .cached_len = 0, .num_new = 700});
+  cache.cache_prompt(a.slot, prompt, 700);
+  ASSERT_TRUE(cache.prepare(batch).ok());
+  writer.write(cache, {a.slot}, {0}, {700}, 21, stream->get());
+  EXPECT_EQ(cache.stats().prefix_blocks_cached, 2);
+
+  const Allocation b = cache.allocate(700, {prompt, 0});
+  EXPECT_EQ(b.cached_tokens, 512);
+  ASSERT_NE(b.slot, a.slot);
+  batch.prefills = {{.slot = b.slot, .cached_len = 512, .num_new = 188}};
+  cache.cache_prompt(b.slot, prompt, 700);
+  ASSERT_TRUE(cache.prepare(batch).ok());
+  writer.write(cache, {b.slot}, {512}, {700}, 22, stream->get());
+  EXPECT_EQ(host_check(cache, b.slot, 512, 21, a.slot), 0) << "B's blocks are not A's K/V";
+  EXPECT_EQ(host_check(cache, b.slot, 700, 22, b.slot, 512), 0);
+  EXPECT_EQ(host_check(cache, a.slot, 700, 21), 0) << "B's writes reached A";
+  EXPECT_GT(provider->ledger().shared_maps, 0);
+  EXPECT_EQ(provider->ledger().double_maps, 0);
+  cache.free(a.slot);
+  cache.free(b.slot);
+  cache.drain();
+  ASSERT_TRUE(cache.check_invariants().ok()) << cache.check_invariants().to_string();
+  EXPECT_EQ(provider->ledger().released_while_mapped, 0);
 }
 
 TEST(KvCacheGpu, ProbeReadsMappedRanges) {
