@@ -83,6 +83,11 @@ struct KvStats {
   double mapper_busy_seconds = 0.0;  // time it spent growing slots
   std::int64_t wait_calls = 0;
   double wait_seconds = 0.0;  // step thread blocked in wait()
+  // Prefix caching (paged store): indexed blocks, those of them no slot
+  // holds (cached, evictable, counted in pages_free), and evictions so far.
+  std::int64_t prefix_blocks_cached = 0;
+  std::int64_t prefix_blocks_unreferenced = 0;
+  std::int64_t prefix_evictions = 0;
 };
 
 // Two levels of verbs on one object. The scheduler uses KvCapacity's
