@@ -58,6 +58,7 @@ PrefixIndex::BlockId PrefixIndex::find(std::uint64_t parent,
 int PrefixIndex::match(std::span<const std::int32_t> tokens, std::uint64_t request_salt,
                        int max_blocks, std::vector<BlockId>& out) const {
   out.clear();
+  if (size_ == 0) return 0;  // also a default-constructed index (block_tokens_ = 0)
   const int full = static_cast<int>(tokens.size()) / block_tokens_;
   const int limit = std::min(full, max_blocks);
   std::uint64_t parent = root(request_salt);
@@ -170,6 +171,19 @@ Status PrefixIndex::check() const {
     if (find(e.parent, tokens_of(id)) != id) {
       return internal_error(fmt::format("prefix block {} is not reachable by its hash", id));
     }
+  }
+  // The table lists each indexed block once and nothing else.
+  int listed_in_table = 0;
+  for (const BlockId id : table_) {
+    if (id == kNone) continue;
+    if (id < 0 || id >= capacity_ || !entries_[id].used) {
+      return internal_error(fmt::format("prefix table lists block {}, not indexed", id));
+    }
+    ++listed_in_table;
+  }
+  if (listed_in_table != size_) {
+    return internal_error(
+        fmt::format("prefix table lists {} blocks, the index holds {}", listed_in_table, size_));
   }
   if (used != size_ || used + static_cast<int>(free_ids_.size()) != capacity_) {
     return internal_error(fmt::format("prefix index: {} used, size {}, {} free ids, capacity {}",

@@ -39,6 +39,17 @@ inline float* element(const KvLayerView& view, int kv, int slot, std::int64_t to
   return base + slot * view.slot_stride + token * view.token_stride + head * view.head_stride + d;
 }
 
+// Element (kv, slot, token, head, d) of a paged layer (fp32 pools), found
+// through the slot's block table as a paged-attention kernel finds it.
+inline float* paged_element(const PagedKvView& view, int kv, int slot, std::int64_t token, int head,
+                            int d) {
+  const std::int32_t block =
+      view.block_table[slot * view.max_blocks_per_slot + token / view.block_size];
+  auto* pool = static_cast<float*>(kv == 0 ? view.k : view.v);
+  return pool + block * view.block_stride + (token % view.block_size) * view.token_stride +
+         head * view.head_stride + d;
+}
+
 // Writes tokens [begin, end) of `slot`, all layers, K and V (fp32 caches).
 inline void write_tokens(const KvCache& cache, int slot, std::uint32_t tag, std::int64_t begin,
                          std::int64_t end) {

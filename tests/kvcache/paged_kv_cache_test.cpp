@@ -12,6 +12,7 @@
 namespace vpod::kvcache {
 namespace {
 
+using testing::paged_element;
 using testing::pattern;
 
 PagedKvCacheConfig small_paged(int block_size, int blocks) {
@@ -23,15 +24,6 @@ PagedKvCacheConfig small_paged(int block_size, int blocks) {
   config.memory_bytes =
       static_cast<std::size_t>(blocks) * block_size * config.shape.bytes_per_token();
   return config;
-}
-
-float* paged_element(const PagedKvView& view, int kv, int slot, std::int64_t token, int head,
-                     int d) {
-  const std::int32_t block =
-      view.block_table[slot * view.max_blocks_per_slot + token / view.block_size];
-  auto* pool = static_cast<float*>(kv == 0 ? view.k : view.v);
-  return pool + block * view.block_stride + (token % view.block_size) * view.token_stride +
-         head * view.head_stride + d;
 }
 
 void write_paged(const PagedKvCache& cache, int slot, std::uint32_t tag, std::int64_t begin,
