@@ -383,8 +383,12 @@ void PagedKvCache::cache_prompt(int slot, std::span<const std::int32_t> prompt, 
   std::lock_guard lock(mutex_);
   VPOD_CHECK_MSG(active_[slot], fmt::format("cache_prompt on free KV slot {}", slot));
   index_prompt_locked(slot, prompt, computed);
-  // The blocks this step computes may not be allocated yet.
-  if (to_index_.size() < to_index_.capacity()) to_index_.push_back({slot, prompt, computed});
+  // The blocks this step computes may not be allocated yet: then `prompt`
+  // (the request's tokens, which outlive its step) is indexed again in
+  // prepare(batch).
+  const std::int64_t known = std::clamp<std::int64_t>(computed, 0, prompt.size());
+  if (slot_hashed_[slot] < known / config_.block_size && to_index_.size() < to_index_.capacity())
+    to_index_.push_back({slot, prompt, computed});
 }
 
 void PagedKvCache::index_prompt_locked(int slot, std::span<const std::int32_t> prompt,
