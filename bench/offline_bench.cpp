@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -210,6 +211,14 @@ void run(const Args& a) {
   const double exposed_s =
       after.step_time_total.host_exposed_s - before.step_time_total.host_exposed_s;
   const auto preemptions = after.num_preemptions - before.num_preemptions;
+  // Prefix cache over the trace, in prompt tokens looked up at admission and
+  // found; no lookups (caching off) gives no rate rather than 0%.
+  const std::int64_t cache_queries = after.prefix_cache_queries - before.prefix_cache_queries;
+  const std::int64_t cache_hits = after.prefix_cache_hits - before.prefix_cache_hits;
+  const std::optional<double> hit_rate =
+      cache_queries > 0 ? std::optional<double>(static_cast<double>(cache_hits) /
+                                                static_cast<double>(cache_queries))
+                        : std::nullopt;
   std::array<std::uint64_t, engine::kNumStepKinds> kinds{};
   for (int i = 0; i < engine::kNumStepKinds; ++i)
     kinds[i] = after.steps_by_kind[i] - before.steps_by_kind[i];
@@ -254,6 +263,9 @@ void run(const Args& a) {
   row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
   row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
+  row("Prefix cache hit rate:", hit_rate ? fmt::format("{:.2f}% ({} of {} tokens)",
+                                                       *hit_rate * 100.0, cache_hits, cache_queries)
+                                         : std::string("n/a (no tokens looked up)"));
   table += std::string(50, '=') + "\n";
   std::fputs(table.c_str(), stdout);
   std::fflush(stdout);
@@ -299,6 +311,9 @@ void run(const Args& a) {
     j["host_exposed_s"] = exposed_s;
     j["wait_s"] = wait_s;
     j["num_preemptions"] = preemptions;
+    j["prefix_cache_queries"] = cache_queries;
+    j["prefix_cache_hits"] = cache_hits;
+    j["prefix_cache_hit_rate"] = hit_rate ? json(*hit_rate) : json(nullptr);
     std::ofstream out(a.json_path);
     out << j.dump(1) << '\n';
     if (!out) fail(fmt::format("cannot write {}", a.json_path));
