@@ -70,7 +70,9 @@ if [[ " ${caching[*]} " == *" off "* ]] &&
        "only the cached side" >&2
   exit 3
 fi
-caching_flag() { [[ $1 == off ]] && echo "--no-enable-prefix-caching" || true; }
+caching_flag() {  # caching_flag on|off: the serve/offline flag for that side
+  if [[ $1 == off ]]; then echo "--no-enable-prefix-caching"; fi
+}
 
 # run CMD...: logs the exact command (quoted so that it can be pasted back), then runs it.
 run() {
