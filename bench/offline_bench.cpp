@@ -24,7 +24,6 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <sstream>
 
@@ -215,10 +214,9 @@ void run(const Args& a) {
   // found; no lookups (caching off) gives no rate rather than 0%.
   const std::int64_t cache_queries = after.prefix_cache_queries - before.prefix_cache_queries;
   const std::int64_t cache_hits = after.prefix_cache_hits - before.prefix_cache_hits;
-  const std::optional<double> hit_rate =
-      cache_queries > 0 ? std::optional<double>(static_cast<double>(cache_hits) /
-                                                static_cast<double>(cache_queries))
-                        : std::nullopt;
+  const bool has_hit_rate = cache_queries > 0;
+  const double hit_rate =
+      has_hit_rate ? static_cast<double>(cache_hits) / static_cast<double>(cache_queries) : 0.0;
   std::array<std::uint64_t, engine::kNumStepKinds> kinds{};
   for (int i = 0; i < engine::kNumStepKinds; ++i)
     kinds[i] = after.steps_by_kind[i] - before.steps_by_kind[i];
@@ -263,9 +261,10 @@ void run(const Args& a) {
   row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
   row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
-  row("Prefix cache hit rate:", hit_rate ? fmt::format("{:.2f}% ({} of {} tokens)",
-                                                       *hit_rate * 100.0, cache_hits, cache_queries)
-                                         : std::string("n/a (no tokens looked up)"));
+  row("Prefix cache hit rate:",
+      has_hit_rate
+          ? fmt::format("{:.2f}% ({} of {} tokens)", hit_rate * 100.0, cache_hits, cache_queries)
+          : std::string("n/a (no tokens looked up)"));
   table += std::string(50, '=') + "\n";
   std::fputs(table.c_str(), stdout);
   std::fflush(stdout);
@@ -313,7 +312,7 @@ void run(const Args& a) {
     j["num_preemptions"] = preemptions;
     j["prefix_cache_queries"] = cache_queries;
     j["prefix_cache_hits"] = cache_hits;
-    j["prefix_cache_hit_rate"] = hit_rate ? json(*hit_rate) : json(nullptr);
+    j["prefix_cache_hit_rate"] = has_hit_rate ? json(hit_rate) : json(nullptr);
     std::ofstream out(a.json_path);
     out << j.dump(1) << '\n';
     if (!out) fail(fmt::format("cannot write {}", a.json_path));

@@ -96,8 +96,8 @@ TEST(ComputeMetrics, MeanCachedTokensOverTheRequestsThatReportThem) {
   ASSERT_TRUE(m.mean_cached_tokens.has_value());
   EXPECT_DOUBLE_EQ(*m.mean_cached_tokens, 8176.0);
   // No request reported cached_tokens (a server without prefix caching).
-  EXPECT_FALSE(
-      compute_metrics({ok(1, 1, 0.1, 0.1, {})}, 1.0, {}, kP99).mean_cached_tokens.has_value());
+  const std::vector<RequestResult> plain = {ok(1, 1, 0.1, 0.1, {})};
+  EXPECT_FALSE(compute_metrics(plain, 1.0, {}, kP99).mean_cached_tokens.has_value());
 }
 
 TEST(ComputeTurnMetrics, GroupsResultsByTurnAcrossConversations) {
