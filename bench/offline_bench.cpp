@@ -191,8 +191,12 @@ void run(const Args& a) {
   const std::set<std::int32_t> unique(sample->begin(), sample->end());
   const std::vector<std::int32_t> pool(unique.begin(), unique.end());
 
-  // Warm-up (lazy initialisation, first kernel launches), outside the timing.
-  const serve::RequestLengths warm{std::min(256, lengths[0].input_len), 4};
+  // Warm-up (lazy initialisation, first kernel launches), outside the timing:
+  // a 256 + 4 token request, shorter when the first request is (it must fit
+  // --max-model-len, which defaults to the longest request).
+  const int warm_total = std::min(260, lengths[0].input_len + lengths[0].output_len);
+  const int warm_output = std::min(4, warm_total - 1);
+  const serve::RequestLengths warm{warm_total - warm_output, warm_output};
   run_trace(engine, make_specs({warm}, pool, a.seed + 1));
 
   const engine::MetricsSnapshot before = engine.metrics();

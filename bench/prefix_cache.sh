@@ -154,21 +154,31 @@ if [[ $sections == *" offline "* ]]; then
   done
 fi
 
-python3 - "$out" "$prefix_len" "$unique_len" "$c8_prompts" "$chat_conversations" "$chat_turns" \
-  "$chat_turn_len" "$offline_input_len" "$offline_pd_ratio" <<'EOF' | tee "$out/prefix_cache.md"
-# The table: every figure read from the runs' JSON; a run that is missing shows as "-".
+python3 - "$out" <<'EOF' | tee "$out/prefix_cache.md"
+# The table: every figure, and the sizes in the labels, read from the runs' JSON; a run that
+# is missing shows as "-".
 import glob, json, os, sys
 
-out, prefix, unique, c8, convs, turns, turn_len, off_len, off_pd = sys.argv[1:]
+out = sys.argv[1]
 
 def load(name):
     path = os.path.join(out, name + ".json")
     return json.load(open(path)) if os.path.exists(path) else None
 
-def get(tag, key, scale=1.0):
+def get(tag, key):
     j = load(tag)
-    v = j.get(key) if j else None
-    return None if v is None else v * scale
+    return j.get(key) if j else None
+
+def first(suffix, key):  # a size from whichever run of `suffix` exists
+    for kv in ("vattn", "paged"):
+        for c in ("on", "off"):
+            v = get(f"{kv}_{c}_{suffix}", key)
+            if v is not None:
+                return v
+    return "?"
+
+def tokens(n):
+    return f"{n // 1024}K" if isinstance(n, int) and n >= 1024 and n % 1024 == 0 else str(n)
 
 def fmt(v, spec):
     return "-" if v is None else format(v, spec)
@@ -176,18 +186,14 @@ def fmt(v, spec):
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
-def offline_makespan(caching):
-    runs = [json.load(open(p)) for p in glob.glob(os.path.join(out, f"offline_{caching}_*.json"))]
-    return min((r["makespan_s"] for r in runs), default=None), (runs[0] if runs else None)
-
 rows = []
-def serve_row(label, suffix, key, spec, better, target, scale=1.0):
-    # better: "lower" (on/off speedup = off / on) or "higher" (= on / off)
+def serve_row(label, suffix, key, spec, better, target):
+    # better: "lower" (on vs off = off / on) or "higher" (= on / off)
     cells = [label]
     for kv in ("vattn", "paged"):
-        off, on = get(f"{kv}_off_{suffix}", key, scale), get(f"{kv}_on_{suffix}", key, scale)
+        off, on = get(f"{kv}_off_{suffix}", key), get(f"{kv}_on_{suffix}", key)
         gain = ratio(off, on) if better == "lower" else ratio(on, off)
-        cells += [fmt(off, spec), fmt(on, spec), fmt(gain, ".2f") + ("x" if gain else "")]
+        cells += [fmt(off, spec), fmt(on, spec), "-" if gain is None else f"{gain:.2f}x"]
     cells.append(target)
     rows.append(cells)
 
@@ -199,27 +205,35 @@ def hit_row(label, suffix):
     cells.append("")
     rows.append(cells)
 
-shared = f"shared {int(prefix) // 1024}K prefix + {unique}"
+shared = f"shared {tokens(first('ttft', 'prefix_len'))} prefix + {first('ttft', 'unique_len')}"
 serve_row(f"{shared}, concurrency 1: mean TTFT (ms)", "ttft", "mean_ttft_ms", ".1f", "lower",
           "on <= 25 ms")
 serve_row(f"{shared}, concurrency 1: P99 TTFT (ms)", "ttft", "p99_ttft_ms", ".1f", "lower", "")
 hit_row(f"{shared}, concurrency 1: hit rate", "ttft")
-serve_row(f"{c8} x {shared}, concurrency 8: total time (s)", "c8", "duration", ".2f", "lower",
-          ">= 4x")
-hit_row(f"{c8} x {shared}, concurrency 8: hit rate", "c8")
-chat = f"chat {convs} x {turns} turns, +{turn_len} tokens/turn"
+c8 = (f"{first('c8', 'num_prompts')} x shared {tokens(first('c8', 'prefix_len'))} prefix + "
+      f"{first('c8', 'unique_len')}")
+serve_row(f"{c8}, concurrency 8: total time (s)", "c8", "duration", ".2f", "lower", ">= 4x")
+hit_row(f"{c8}, concurrency 8: hit rate", "c8")
+chat = (f"chat {first('chat', 'num_conversations')} x {first('chat', 'num_turns')} turns, "
+        f"+{tokens(first('chat', 'turn_len'))} tokens/turn")
 serve_row(f"{chat}: total tok/s", "chat", "total_token_throughput", ".0f", "higher", ">= 2x")
 serve_row(f"{chat}: mean TTFT (ms)", "chat", "mean_ttft_ms", ".1f", "lower", "")
 hit_row(f"{chat}: hit rate", "chat")
-off_off, j_off = offline_makespan("off")
-off_on, j_on = offline_makespan("on")
-slow = ratio(off_on, off_off)
-rows.append([f"offline {int(off_len) // 1024}K P:D {off_pd} (no sharing): makespan (s)",
-             fmt(off_off, ".2f"), fmt(off_on, ".2f"),
-             "-" if slow is None else f"{(slow - 1) * 100:+.2f}%", "", "", "", "on <= +1%"])
-rows.append([f"offline {int(off_len) // 1024}K P:D {off_pd}: hit rate",
-             fmt(j_off and j_off.get("prefix_cache_hit_rate"), ".1%"),
-             fmt(j_on and j_on.get("prefix_cache_hit_rate"), ".1%"), "", "", "", "", ""])
+
+runs = {c: [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, f"offline_{c}_*.json")))]
+        for c in ("off", "on")}
+makespan = {c: min((r["makespan_s"] for r in runs[c]), default=None) for c in runs}
+hit = {c: runs[c][0].get("prefix_cache_hit_rate") if runs[c] else None for c in runs}
+any_run = (runs["on"] or runs["off"] or [{}])[0]
+pd = any_run.get("pd_ratio")
+offline = (f"offline {tokens(any_run.get('input_len', '?'))} "
+           f"P:D {format(pd, 'g') if isinstance(pd, (int, float)) else '?'}")
+slow = ratio(makespan["on"], makespan["off"])
+rows.append([f"{offline} (no sharing): makespan (s)", fmt(makespan["off"], ".2f"),
+             fmt(makespan["on"], ".2f"), "-" if slow is None else f"{(slow - 1) * 100:+.2f}%",
+             "", "", "", "on <= +1%"])
+rows.append([f"{offline}: hit rate", fmt(hit["off"], ".1%"), fmt(hit["on"], ".1%"), "", "", "",
+             "", ""])
 
 header = ["measurement", "vattn off", "vattn on", "on vs off", "paged off", "paged on",
           "on vs off", "issue 22 (vattn)"]
@@ -227,7 +241,7 @@ print("| " + " | ".join(header) + " |")
 print("|" + "|".join(" --- " for _ in header) + "|")
 for r in rows:
     print("| " + " | ".join(r) + " |")
-# Per-turn TTFT of the chat trace, where it ran.
+# Per-turn TTFT of the chat trace, where both sides ran.
 for kv in ("vattn", "paged"):
     on, off = load(f"{kv}_on_chat"), load(f"{kv}_off_chat")
     if not on or not off or "turns" not in on or "turns" not in off:

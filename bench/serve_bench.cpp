@@ -502,7 +502,9 @@ void run(const Args& a) {
                  metrics_before.ok() ? "no vpod_/vllm: histograms"
                                      : metrics_before.status().message().c_str());
   }
-  std::fputs(format_prefix_cache(prefix_cache, metrics).c_str(), stdout);
+  std::fputs(format_prefix_cache(prefix_cache, metrics, multi_turn || a.dataset == "shared-prefix")
+                 .c_str(),
+             stdout);
   std::vector<TurnMetrics> turns;
   if (multi_turn) {
     turns = compute_turn_metrics(outcome.results, num_steps, percentiles);

@@ -113,8 +113,8 @@ json metrics_json(const BenchmarkMetrics& m, std::span<const RequestResult> resu
 }
 
 std::string format_prefix_cache(const std::optional<PrefixCacheDelta>& server,
-                                const BenchmarkMetrics& m) {
-  if (!server && !m.mean_cached_tokens) return {};
+                                const BenchmarkMetrics& m, bool always) {
+  if (!always && !server && !m.mean_cached_tokens) return {};
   std::string out;
   rule(out, "Prefix Cache", '-');
   if (!server) {

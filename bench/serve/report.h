@@ -23,9 +23,10 @@ nlohmann::json metrics_json(const BenchmarkMetrics& m, std::span<const RequestRe
 
 // The prefix cache over the run: the server's hit rate from its /metrics
 // counters (absent: nullopt) and the mean cached_tokens of the responses.
-// Empty when there is neither.
+// Empty when there is neither, unless `always` (a prefix-caching dataset,
+// where "n/a" is worth saying).
 std::string format_prefix_cache(const std::optional<PrefixCacheDelta>& server,
-                                const BenchmarkMetrics& m);
+                                const BenchmarkMetrics& m, bool always);
 // {"prefix", "queries", "hits", "hit_rate"}, or null without counters.
 nlohmann::json prefix_cache_json(const std::optional<PrefixCacheDelta>& server);
 
