@@ -113,8 +113,10 @@ TEST(RunChains, EachStepIsSentOnlyAfterThePreviousReplyAndResultsAreChainMajor) 
       },
       progress);
   EXPECT_FALSE(sent_early);
-  EXPECT_LE(most, 2);  // the limit counts chains, each with one request in flight
-  EXPECT_EQ(out.max_in_flight, 2);
+  // The limit counts chains, each with one request in flight. (Whether it is
+  // reached depends on thread timing, so only the bound is asserted.)
+  EXPECT_LE(most, 2);
+  EXPECT_LE(out.max_in_flight, 2);
   ASSERT_EQ(out.results.size(), static_cast<std::size_t>(kChains * kSteps));
   for (int c = 0; c < kChains; ++c) {
     EXPECT_EQ(replied[c], (std::vector<int>{0, 1, 2, 3}));
