@@ -344,8 +344,8 @@ void run(const Args& a) {
 
   // What is sent. Completions: exact token-id sequences; chat: their text
   // (the template then adds its own tokens; usage reports the true count).
-  // Requests are chains of one step, or conversations of num_turns turns,
-  // request i being chain i / steps's step i % steps.
+  // Requests are chains of one step, or conversations of num_turns turns:
+  // request i is step i % num_steps of chain i / num_steps.
   FixedPrompts fixed;
   std::vector<ConversationScript> scripts;
   std::vector<Conversation> conversations;
