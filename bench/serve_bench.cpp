@@ -5,7 +5,11 @@
 // under an optional concurrency cap, streams every completion and reports
 // the metrics exactly as `vllm bench serve` defines them
 // (bench/serve/metrics.h): a live progress line on stderr, the result table
-// on stdout, everything with --json FILE.
+// on stdout, everything with --json FILE. For prefix caching it also has a
+// shared-system-prompt and a multi-turn chat dataset
+// (bench/serve/prefix_datasets.h) and reports the server's prefix-cache hit
+// rate over the run (its /metrics counters) and the responses' mean
+// usage.prompt_tokens_details.cached_tokens, per turn for multi-turn.
 #include <unistd.h>
 
 #include <atomic>
@@ -32,6 +36,7 @@
 #include "bench/serve/dataset.h"
 #include "bench/serve/http_client.h"
 #include "bench/serve/metrics.h"
+#include "bench/serve/prefix_datasets.h"
 #include "bench/serve/prometheus.h"
 #include "bench/serve/report.h"
 #include "bench/serve/runner.h"
@@ -53,6 +58,11 @@ struct Args {
   int input_len = 1024;
   int output_len = 128;
   double range_ratio = 0.0;
+  int prefix_len = 8192;      // shared-prefix
+  int unique_len = 64;        // shared-prefix
+  int num_conversations = 8;  // multi-turn
+  int num_turns = 10;         // multi-turn
+  int turn_len = 1024;        // multi-turn
   std::string trace;
   int arxiv_max_total = 16384;
   double request_rate = std::numeric_limits<double>::infinity();
@@ -243,6 +253,58 @@ std::string utc_now() {
   return buf;
 }
 
+// The requests of every dataset but multi-turn: a fixed prompt each. Index
+// num_requests is the test request sent before the run.
+struct FixedPrompts {
+  std::vector<std::vector<std::int32_t>> ids;      // completions (and their lengths)
+  std::vector<std::vector<ChatMessage>> messages;  // chat
+  std::vector<int> output_lens;
+};
+
+std::string detokenize_or_fail(const OpenAiClient& client, const std::string& model,
+                               std::span<const std::int32_t> ids) {
+  return value_or_fail(client.detokenize(model, ids), "chat prompt text");
+}
+
+FixedPrompts make_fixed_prompts(const Args& a, const OpenAiClient& client, const std::string& model,
+                                Endpoint endpoint, std::span<const std::int32_t> pool) {
+  FixedPrompts p;
+  const bool chat = endpoint == Endpoint::chat;
+  if (a.dataset == "shared-prefix") {
+    // The test request shares the prefix with a unique part of its own: it
+    // warms the prefix, as a server that has seen its system prompt before.
+    const SharedPrefixSpec spec{
+        .num_requests = a.num_prompts + 1, .prefix_len = a.prefix_len, .unique_len = a.unique_len};
+    if (Status s = validate(spec); !s.ok()) fail(s.message());
+    if (a.output_len < 1) fail("--output-len must be >= 1");
+    const SharedPrefixPrompts prompts = make_shared_prefix_prompts(pool, spec, a.seed);
+    // Chat: the prefix as the system message, so the template keeps it
+    // token for token at the start of every prompt.
+    const std::string prefix_text = chat ? detokenize_or_fail(client, model, prompts.prefix) : "";
+    for (int i = 0; i < spec.num_requests; ++i) {
+      p.ids.push_back(prompts.prompt(i));
+      if (chat) {
+        p.messages.push_back({{"system", prefix_text},
+                              {"user", detokenize_or_fail(client, model, prompts.unique[i])}});
+      }
+      p.output_lens.push_back(a.output_len);
+    }
+    return p;
+  }
+  const std::vector<RequestLengths> lengths = make_lengths(a);
+  std::mt19937_64 rng(a.seed ^ 0x9e3779b97f4a7c15ULL);
+  for (const RequestLengths& l : lengths) {
+    p.ids.push_back(make_prompt_ids(pool, l.input_len, rng));
+    if (chat) p.messages.push_back({{"user", detokenize_or_fail(client, model, p.ids.back())}});
+    p.output_lens.push_back(l.output_len);
+  }
+  // The test request is the first request, as vLLM's.
+  p.ids.push_back(p.ids.front());
+  if (chat) p.messages.push_back(p.messages.front());
+  p.output_lens.push_back(p.output_lens.front());
+  return p;
+}
+
 void run(const Args& a) {
   if (a.num_prompts < 1) fail("--num-prompts must be >= 1");
   if (!(a.request_rate > 0.0)) fail("--request-rate must be > 0 (inf: all at once)");
@@ -256,7 +318,17 @@ void run(const Args& a) {
       fail(fmt::format("--metadata '{}' is not KEY=VALUE", kv));
     }
   }
+  const bool multi_turn = a.dataset == "multi-turn";
+  const MultiTurnSpec turn_spec{.num_conversations = a.num_conversations,
+                                .num_turns = a.num_turns,
+                                .turn_len = a.turn_len,
+                                .output_len = a.output_len,
+                                .range_ratio = a.range_ratio};
+  if (multi_turn) {
+    if (Status s = validate(turn_spec); !s.ok()) fail(s.message());
+  }
   const Endpoint endpoint = a.endpoint == "chat" ? Endpoint::chat : Endpoint::completions;
+  const bool chat = endpoint == Endpoint::chat;
   const std::vector<double> percentiles = parse_percentiles(a.percentiles);
   const Slo slo = a.slo.empty() ? Slo{} : value_or_fail(parse_slo(a.slo), "--slo");
 
@@ -268,53 +340,113 @@ void run(const Args& a) {
                             a.timeout_s);
   const std::string model =
       a.model.empty() ? value_or_fail(client.first_model_id(), "listing models") : a.model;
-
-  const std::vector<RequestLengths> lengths = make_lengths(a);
-  const int num_requests = static_cast<int>(lengths.size());
   const std::vector<std::int32_t> pool = vocabulary_pool(client, a, model);
 
-  // Prompts: exact token-id sequences (completions), or their text (chat,
-  // whose template then adds its own tokens; usage reports the true count).
-  std::mt19937_64 rng(a.seed ^ 0x9e3779b97f4a7c15ULL);
-  std::vector<std::vector<std::int32_t>> prompt_ids(num_requests);
-  std::vector<std::string> prompt_texts(endpoint == Endpoint::chat ? num_requests : 0);
-  for (int i = 0; i < num_requests; ++i) {
-    prompt_ids[i] = make_prompt_ids(pool, lengths[i].input_len, rng);
-    if (endpoint == Endpoint::chat) {
-      prompt_texts[i] = value_or_fail(client.detokenize(model, prompt_ids[i]), "chat prompt text");
+  // What is sent. Completions: exact token-id sequences; chat: their text
+  // (the template then adds its own tokens; usage reports the true count).
+  // Requests are chains of one step, or conversations of num_turns turns:
+  // request i is step i % num_steps of chain i / num_steps.
+  FixedPrompts fixed;
+  std::vector<ConversationScript> scripts;
+  std::vector<Conversation> conversations;
+  if (multi_turn) {
+    // One conversation more than asked: its first turn is the test request.
+    MultiTurnSpec spec = turn_spec;
+    ++spec.num_conversations;
+    scripts = make_conversations(pool, spec, a.seed);
+    for (ConversationScript& script : scripts) {
+      if (!chat) continue;
+      for (const auto& ids : script.user_turns) {
+        script.user_texts.push_back(detokenize_or_fail(client, model, ids));
+      }
     }
+    for (const ConversationScript& script : scripts) conversations.emplace_back(script);
+  } else {
+    fixed = make_fixed_prompts(a, client, model, endpoint, pool);
   }
-  const auto make_request = [&](int i) {
+  const int num_steps = multi_turn ? a.num_turns : 1;
+  const int num_chains =
+      multi_turn ? a.num_conversations : static_cast<int>(fixed.output_lens.size()) - 1;
+  const int num_requests = num_chains * num_steps;
+  // Per request, what was asked: written by the one thread that sends it.
+  std::vector<int> sent_input_lens(num_requests), asked_output_lens(num_requests);
+
+  // Sends step `step` of chain `chain`; chain num_chains is the test request.
+  const auto send = [&](int chain, int step) {
     StreamRequest r;
     r.endpoint = endpoint;
     r.model = model;
-    r.prompt_ids = prompt_ids[i];
-    if (endpoint == Endpoint::chat) r.prompt_text = prompt_texts[i];
-    r.max_tokens = lengths[i].output_len;
     r.ignore_eos = !a.no_ignore_eos;
-    return r;
+    std::vector<std::int32_t> turn_ids;      // multi-turn: this turn's prompt
+    std::vector<ChatMessage> turn_messages;  // multi-turn chat: this turn's conversation
+    int input_len = 0;                       // token ids of the prompt (chat: unknown, 0)
+    if (multi_turn) {
+      Conversation& conversation = conversations[chain];
+      if (chat) {
+        turn_messages = conversation.next_messages();
+        r.messages = turn_messages;
+      } else {
+        turn_ids = conversation.next_prompt_ids();
+        r.prompt_ids = turn_ids;
+        input_len = static_cast<int>(turn_ids.size());
+      }
+      r.max_tokens = conversation.next_output_len();
+    } else {
+      if (chat) {
+        r.messages = fixed.messages[chain];
+      } else {
+        r.prompt_ids = fixed.ids[chain];
+      }
+      input_len = static_cast<int>(fixed.ids[chain].size());
+      r.max_tokens = fixed.output_lens[chain];
+    }
+    if (chain < num_chains) {
+      const int index = chain * num_steps + step;
+      sent_input_lens[index] = input_len;
+      asked_output_lens[index] = r.max_tokens;
+    }
+    RequestResult result = client.stream(r);
+    if (multi_turn && result.success) {
+      // The next turn resends this reply: as the server's token ids of the
+      // text it streamed (completions), or as that text (chat).
+      std::vector<std::int32_t> reply_ids;
+      if (!chat && !result.generated_text.empty()) {
+        auto tokens = client.tokenize(model, result.generated_text);
+        if (!tokens.ok()) {
+          result.success = false;
+          result.error = "tokenizing the reply for the next turn: " + tokens.status().message();
+          return result;
+        }
+        reply_ids = std::move(tokens).value();
+      }
+      conversations[chain].add_reply(result.generated_text, std::move(reply_ids));
+    }
+    return result;
   };
 
   std::fprintf(stderr,
-               "[bench serve] %s model %s: %d requests (%s), rate %g req/s, burstiness %g, "
+               "[bench serve] %s model %s: %d requests (%s%s), rate %g req/s, burstiness %g, "
                "max concurrency %s\n",
-               a.base_url.c_str(), model.c_str(), num_requests, a.dataset.c_str(), a.request_rate,
-               a.burstiness,
+               a.base_url.c_str(), model.c_str(), num_requests, a.dataset.c_str(),
+               multi_turn
+                   ? fmt::format(": {} conversations of {} turns", num_chains, num_steps).c_str()
+                   : "",
+               a.request_rate, a.burstiness,
                a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "unlimited");
   if (!a.no_test_request) {  // as vLLM: one request first, to fail fast on a broken setup
-    const RequestResult test = client.stream(make_request(0));
+    const RequestResult test = send(num_chains, 0);
     if (!test.success) fail("the test request failed: " + test.error);
     std::fprintf(stderr, "[bench serve] test request ok: TTFT %.1f ms, %d output tokens\n",
                  test.ttft_s * 1e3, test.output_tokens);
   }
 
+  // Arrivals: of requests, or of conversations (whose turns follow replies).
   const std::vector<double> arrivals =
-      arrival_times(num_requests, a.request_rate, a.burstiness, a.seed);
+      arrival_times(num_chains, a.request_rate, a.burstiness, a.seed);
   const Result<std::string> metrics_before = client.metrics_text();
   RunProgress progress;
   ProgressLine line(progress, num_requests, !a.no_progress);
-  const RunOutcome outcome = run_requests(
-      arrivals, a.max_concurrency, [&](int i) { return client.stream(make_request(i)); }, progress);
+  const RunOutcome outcome = run_chains(arrivals, num_steps, a.max_concurrency, send, progress);
   line.stop();
   const Result<std::string> metrics_after = client.metrics_text();
 
@@ -327,10 +459,8 @@ void run(const Args& a) {
       if (first_error.empty()) first_error = r.error;
       continue;
     }
-    if (endpoint == Endpoint::completions && r.prompt_len != lengths[i].input_len) {
-      ++prompt_mismatch;
-    }
-    if (!a.no_ignore_eos && r.output_tokens != lengths[i].output_len) ++output_mismatch;
+    if (!chat && r.prompt_len != sent_input_lens[i]) ++prompt_mismatch;
+    if (!a.no_ignore_eos && r.output_tokens != asked_output_lens[i]) ++output_mismatch;
     if (!r.output_tokens_from_usage) ++no_usage;
   }
   if (!first_error.empty()) {
@@ -360,14 +490,25 @@ void run(const Args& a) {
       compute_metrics(outcome.results, outcome.duration_s, slo, percentiles);
   std::fputs(format_table(metrics, outcome.max_in_flight).c_str(), stdout);
   std::optional<ServerView> server;
-  if (metrics_before.ok() && metrics_after.ok())
+  std::optional<PrefixCacheDelta> prefix_cache;
+  if (metrics_before.ok() && metrics_after.ok()) {
     server = server_view(*metrics_before, *metrics_after);
+    prefix_cache = prefix_cache_between(*metrics_before, *metrics_after);
+  }
   if (server) {
     std::fputs(format_server_view(*server, metrics).c_str(), stdout);
   } else {
     std::fprintf(stderr, "[bench serve] no server-side latency histograms in /metrics (%s)\n",
                  metrics_before.ok() ? "no vpod_/vllm: histograms"
                                      : metrics_before.status().message().c_str());
+  }
+  std::fputs(format_prefix_cache(prefix_cache, metrics, multi_turn || a.dataset == "shared-prefix")
+                 .c_str(),
+             stdout);
+  std::vector<TurnMetrics> turns;
+  if (multi_turn) {
+    turns = compute_turn_metrics(outcome.results, num_steps, percentiles);
+    std::fputs(format_turn_table(turns).c_str(), stdout);
   }
   std::fflush(stdout);
 
@@ -381,6 +522,19 @@ void run(const Args& a) {
     j["model_id"] = model;
     j["dataset"] = a.dataset;
     if (a.dataset == "trace") j["trace"] = a.trace;
+    if (a.dataset == "shared-prefix") {
+      j["prefix_len"] = a.prefix_len;
+      j["unique_len"] = a.unique_len;
+    }
+    if (multi_turn) {
+      j["num_conversations"] = num_chains;
+      j["num_turns"] = num_steps;
+      j["turn_len"] = a.turn_len;
+      j["turns"] = turn_metrics_json(turns);
+    }
+    j["prefix_cache"] = prefix_cache_json(prefix_cache);
+    j["prefix_cache_hit_rate"] =
+        prefix_cache && prefix_cache->hit_rate() ? json(*prefix_cache->hit_rate()) : json(nullptr);
     j["num_prompts"] = num_requests;
     j["request_rate"] = std::isinf(a.request_rate) ? json("inf") : json(a.request_rate);
     j["burstiness"] = a.burstiness;
@@ -401,12 +555,10 @@ void run(const Args& a) {
                              {"mean_e2el_ms", opt(server->e2el_ms)}};
     }
     j["percentiles"] = percentiles;
-    j["requested_input_lens"] = json::array();
-    j["requested_output_lens"] = json::array();
-    for (const RequestLengths& l : lengths) {
-      j["requested_input_lens"].push_back(l.input_len);
-      j["requested_output_lens"].push_back(l.output_len);
-    }
+    // Prompt token ids drawn (multi-turn: the whole conversation so far;
+    // unknown for multi-turn chat) and output tokens asked.
+    j["requested_input_lens"] = chat && multi_turn ? json(nullptr) : json(sent_input_lens);
+    j["requested_output_lens"] = asked_output_lens;
     std::ofstream out(a.json_path);
     out << j.dump(1) << '\n';
     if (!out) fail(fmt::format("cannot write {}", a.json_path));
@@ -432,15 +584,34 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--api-key", a->api_key, "Bearer token (default: $OPENAI_API_KEY)");
   cmd->add_option("--dataset", a->dataset,
                   "random (--input-len/--output-len/--range-ratio), fixed, arxiv (the papers' "
-                  "arXiv-summarization length distribution, bench/datasets/README.md) or trace "
-                  "(--trace CSV)")
-      ->check(CLI::IsMember({"random", "fixed", "arxiv", "trace"}))
+                  "arXiv-summarization length distribution, bench/datasets/README.md), trace "
+                  "(--trace CSV), shared-prefix (--num-prompts prompts of one --prefix-len "
+                  "prefix + --unique-len ids each) or multi-turn (--num-conversations x "
+                  "--num-turns, each turn resending the conversation + --turn-len new ids)")
+      ->check(CLI::IsMember({"random", "fixed", "arxiv", "trace", "shared-prefix", "multi-turn"}))
       ->capture_default_str();
-  cmd->add_option("--num-prompts", a->num_prompts, "Requests to send")->capture_default_str();
+  cmd->add_option("--num-prompts", a->num_prompts, "Requests to send (not multi-turn)")
+      ->capture_default_str();
+  cmd->add_option("--prefix-len", a->prefix_len,
+                  "shared-prefix: token ids every prompt starts with")
+      ->capture_default_str();
+  cmd->add_option("--unique-len", a->unique_len,
+                  "shared-prefix: token ids of each prompt's own, after the prefix")
+      ->capture_default_str();
+  cmd->add_option("--num-conversations", a->num_conversations,
+                  "multi-turn: conversations (each holds a --max-concurrency slot while it lasts; "
+                  "--request-rate spaces their starts)")
+      ->capture_default_str();
+  cmd->add_option("--num-turns", a->num_turns,
+                  "multi-turn: turns per conversation, each sent once the previous reply arrived")
+      ->capture_default_str();
+  cmd->add_option("--turn-len", a->turn_len,
+                  "multi-turn: new user tokens per turn (with --range-ratio)")
+      ->capture_default_str();
   cmd->add_option("--input-len,--random-input-len", a->input_len, "Prompt tokens (random, fixed)")
       ->capture_default_str();
   cmd->add_option("--output-len,--random-output-len", a->output_len,
-                  "Output tokens (random, fixed)")
+                  "Output tokens (random, fixed, shared-prefix; multi-turn: per reply)")
       ->capture_default_str();
   cmd->add_option("--range-ratio,--random-range-ratio", a->range_ratio,
                   "random: lengths uniform in [L(1-r), L(1+r)], r in [0, 1)")

@@ -173,9 +173,11 @@ bool StreamMeter::feed(std::string_view data, Clock::time_point now) {
       }
       last_chunk_ = now;
       ++num_content_chunks_;
+      text_ += chunk->text;
     }
     if (chunk->prompt_tokens) usage_prompt_ = chunk->prompt_tokens;
     if (chunk->completion_tokens) usage_completion_ = chunk->completion_tokens;
+    if (chunk->cached_tokens) usage_cached_ = chunk->cached_tokens;
   });
   return stream_error_.empty();
 }
@@ -200,6 +202,8 @@ void StreamMeter::finish(RequestResult& result) const {
     result.output_tokens = num_content_chunks_;
   }
   if (usage_prompt_) result.prompt_len = *usage_prompt_;
+  result.cached_tokens = usage_cached_;
+  result.generated_text = text_;
 }
 
 RequestResult OpenAiClient::stream(const StreamRequest& request) const {

@@ -29,7 +29,8 @@ Result<ServerAddress> parse_base_url(std::string_view url);
 
 // What the client measures of one streamed completion, from the body's bytes
 // and the times they arrived: TTFT (the first chunk with choices), the gaps
-// between such chunks (ITL), latency (to the last one) and the usage counts.
+// between such chunks (ITL), latency (to the last one), the usage counts
+// (cached prompt tokens included) and the generated text.
 // The caller passes the receipt times, so the measurement is tested with
 // exact times and no server.
 class StreamMeter {
@@ -53,7 +54,8 @@ class StreamMeter {
   std::vector<double> itl_s_;
   Clock::time_point last_chunk_;
   int num_content_chunks_ = 0;
-  std::optional<int> usage_prompt_, usage_completion_;
+  std::optional<int> usage_prompt_, usage_completion_, usage_cached_;
+  std::string text_;
   std::string stream_error_;
 };
 

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "common/check.h"
+
 namespace vpod::bench::serve {
 namespace {
 
@@ -80,6 +82,11 @@ BenchmarkMetrics compute_metrics(std::span<const RequestResult> results, double 
     itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
     ttfts.push_back(r.ttft_s);
     e2els.push_back(r.latency_s);
+    if (r.cached_tokens) {
+      ++m.num_cached_reported;
+      m.total_cached += *r.cached_tokens;
+      m.total_input_cached_reported += r.prompt_len;
+    }
     if (!slo.empty()) {
       const bool good = (!slo.ttft_ms || r.ttft_s * kMsPerS <= *slo.ttft_ms) &&
                         (!slo.tpot_ms || tpot * kMsPerS <= *slo.tpot_ms) &&
@@ -100,7 +107,41 @@ BenchmarkMetrics compute_metrics(std::span<const RequestResult> results, double 
   m.tpot_ms = summarize(std::move(tpots), percentiles, kMsPerS);
   m.itl_ms = summarize(std::move(itls), percentiles, kMsPerS);
   m.e2el_ms = summarize(std::move(e2els), percentiles, kMsPerS);
+  if (m.num_cached_reported > 0) {
+    m.mean_cached_tokens = static_cast<double>(m.total_cached) / m.num_cached_reported;
+  }
   return m;
+}
+
+std::vector<TurnMetrics> compute_turn_metrics(std::span<const RequestResult> results, int num_turns,
+                                              std::span<const double> percentiles) {
+  VPOD_CHECK(num_turns >= 1 && results.size() % num_turns == 0);
+  std::vector<TurnMetrics> turns(num_turns);
+  for (int t = 0; t < num_turns; ++t) {
+    TurnMetrics& tm = turns[t];
+    tm.turn = t + 1;
+    std::vector<double> ttfts;
+    long long input = 0, cached = 0;
+    int cached_reported = 0;
+    for (std::size_t i = t; i < results.size(); i += num_turns) {
+      const RequestResult& r = results[i];
+      if (!r.success) {
+        ++tm.failed;
+        continue;
+      }
+      ++tm.completed;
+      input += r.prompt_len;
+      ttfts.push_back(r.ttft_s);
+      if (r.cached_tokens) {
+        ++cached_reported;
+        cached += *r.cached_tokens;
+      }
+    }
+    if (tm.completed > 0) tm.mean_input_tokens = static_cast<double>(input) / tm.completed;
+    if (cached_reported > 0) tm.mean_cached_tokens = static_cast<double>(cached) / cached_reported;
+    tm.ttft_ms = summarize(std::move(ttfts), percentiles, kMsPerS);
+  }
+  return turns;
 }
 
 }  // namespace vpod::bench::serve

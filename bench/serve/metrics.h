@@ -15,6 +15,9 @@
 //   wall-clock duration (first send to last completion).
 // - Goodput: successful requests per second whose every SLO'd metric is
 //   <= its SLO (`--slo ttft:MS,tpot:MS,e2el:MS`, any subset).
+// - Cached tokens (ours, for prefix caching): the mean of
+//   usage.prompt_tokens_details.cached_tokens over the successful requests
+//   whose usage reports it.
 #pragma once
 
 #include <optional>
@@ -34,6 +37,8 @@ struct RequestResult {
   int prompt_len = 0;  // input tokens (the dataset's, or usage.prompt_tokens when reported)
   int output_tokens = 0;
   bool output_tokens_from_usage = false;  // false: counted from content chunks
+  std::optional<int> cached_tokens;       // usage.prompt_tokens_details.cached_tokens
+  std::string generated_text;             // the streamed text, in order
   double send_time_s = 0.0;               // since the benchmark started
   double ttft_s = 0.0;
   double latency_s = 0.0;
@@ -68,9 +73,29 @@ struct BenchmarkMetrics {
   Summary tpot_ms;
   Summary itl_ms;
   Summary e2el_ms;
+  // Over the successful requests that reported cached_tokens (none: unset).
+  int num_cached_reported = 0;
+  long long total_cached = 0;
+  long long total_input_cached_reported = 0;  // their prompt tokens
+  std::optional<double> mean_cached_tokens;
 };
 
 BenchmarkMetrics compute_metrics(std::span<const RequestResult> results, double duration_s,
                                  const Slo& slo, std::span<const double> percentiles);
+
+// The requests of one turn of a multi-turn run (results laid out conversation
+// by conversation, `num_turns` each): how many succeeded, their mean prompt
+// and cached tokens, and their TTFT.
+struct TurnMetrics {
+  int turn = 0;  // 1-based
+  int completed = 0;
+  int failed = 0;
+  double mean_input_tokens = 0.0;
+  std::optional<double> mean_cached_tokens;
+  Summary ttft_ms;
+};
+
+std::vector<TurnMetrics> compute_turn_metrics(std::span<const RequestResult> results, int num_turns,
+                                              std::span<const double> percentiles);
 
 }  // namespace vpod::bench::serve

@@ -21,8 +21,14 @@ std::string stream_request_body(const StreamRequest& request) {
   if (request.ignore_eos) body["ignore_eos"] = true;
   if (request.endpoint == Endpoint::completions) {
     body["prompt"] = request.prompt_ids;
-  } else {
+  } else if (request.messages.empty()) {
     body["messages"] = json::array({{{"role", "user"}, {"content", request.prompt_text}}});
+  } else {
+    json messages = json::array();
+    for (const ChatMessage& m : request.messages) {
+      messages.push_back({{"role", m.role}, {"content", m.content}});
+    }
+    body["messages"] = std::move(messages);
   }
   return body.dump();
 }
@@ -70,6 +76,13 @@ Result<StreamChunk> parse_stream_chunk(std::string_view data, Endpoint endpoint)
     };
     chunk.prompt_tokens = count("prompt_tokens");
     chunk.completion_tokens = count("completion_tokens");
+    if (const auto details = it->find("prompt_tokens_details");
+        details != it->end() && details->is_object()) {
+      const auto cached = details->find("cached_tokens");
+      if (cached != details->end() && cached->is_number_integer()) {
+        chunk.cached_tokens = cached->get<int>();
+      }
+    }
   }
   return chunk;
 }

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -18,11 +19,18 @@ enum class Endpoint {
   chat,         // POST /v1/chat/completions, the prompt as one user message
 };
 
+// One message of a chat conversation: role "system", "user" or "assistant".
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
 struct StreamRequest {
   Endpoint endpoint = Endpoint::completions;
   std::string model;
   std::span<const std::int32_t> prompt_ids;  // completions
-  std::string_view prompt_text;              // chat
+  std::string_view prompt_text;              // chat, when `messages` is empty
+  std::span<const ChatMessage> messages;     // chat: the whole conversation, when non-empty
   int max_tokens = 16;
   // vLLM's extension: generate exactly max_tokens, whatever the model samples.
   bool ignore_eos = true;
@@ -39,7 +47,10 @@ struct StreamChunk {
   std::string text;                      // choices[0].text, or choices[0].delta.content (chat)
   std::optional<int> prompt_tokens;      // usage, when the chunk carries it
   std::optional<int> completion_tokens;  // usage, when the chunk carries it
-  std::optional<std::string> error;      // an {"error": ...} event
+  // usage.prompt_tokens_details.cached_tokens (OpenAI's name): prompt tokens
+  // the server took from its prefix cache instead of computing them.
+  std::optional<int> cached_tokens;
+  std::optional<std::string> error;  // an {"error": ...} event
 };
 
 // Parses one event's data. Malformed JSON is an error (a broken server).

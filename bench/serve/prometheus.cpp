@@ -1,5 +1,6 @@
-// Reading a server's /metrics (prometheus.h): the text-format parse and the
-// histogram means compared with the client's figures.
+// Reading a server's /metrics (prometheus.h): the text-format parse, the
+// histogram means compared with the client's figures, and the prefix cache's
+// counters over a run.
 #include "bench/serve/prometheus.h"
 
 #include <charconv>
@@ -65,6 +66,18 @@ std::optional<double> mean_between(const HistogramTotals& before, const Histogra
   const double count = after.count - before.count;
   if (!(count > 0.0)) return std::nullopt;
   return (after.sum - before.sum) / count;
+}
+
+std::optional<PrefixCacheDelta> prefix_cache_between(std::string_view before,
+                                                     std::string_view after) {
+  for (const char* prefix : {"vpod_", "vllm:"}) {
+    const std::string queries = std::string(prefix) + "prefix_cache_queries_total";
+    const std::string hits = std::string(prefix) + "prefix_cache_hits_total";
+    const auto q0 = prometheus_sample(before, queries), q1 = prometheus_sample(after, queries);
+    const auto h0 = prometheus_sample(before, hits), h1 = prometheus_sample(after, hits);
+    if (q0 && q1 && h0 && h1) return PrefixCacheDelta{prefix, *q1 - *q0, *h1 - *h0};
+  }
+  return std::nullopt;
 }
 
 }  // namespace vpod::bench::serve

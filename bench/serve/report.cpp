@@ -86,10 +86,13 @@ json metrics_json(const BenchmarkMetrics& m, std::span<const RequestResult> resu
   summary_json(j, "tpot", m.tpot_ms);
   summary_json(j, "itl", m.itl_ms);
   summary_json(j, "e2el", m.e2el_ms);
+  j["mean_cached_tokens"] = m.mean_cached_tokens ? json(*m.mean_cached_tokens) : json(nullptr);
+  j["total_cached_tokens"] = m.num_cached_reported > 0 ? json(m.total_cached) : json(nullptr);
   json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(),
        itls = json::array(), e2els = json::array(), send_times = json::array(),
-       errors = json::array();
+       errors = json::array(), cached = json::array();
   for (const RequestResult& r : results) {
+    cached.push_back(r.success && r.cached_tokens ? json(*r.cached_tokens) : json(nullptr));
     input_lens.push_back(r.prompt_len);
     output_lens.push_back(r.success ? r.output_tokens : 0);
     ttfts.push_back(r.ttft_s);
@@ -105,7 +108,86 @@ json metrics_json(const BenchmarkMetrics& m, std::span<const RequestResult> resu
   j["e2els"] = std::move(e2els);
   j["send_times"] = std::move(send_times);
   j["errors"] = std::move(errors);
+  j["cached_tokens"] = std::move(cached);
   return j;
+}
+
+std::string format_prefix_cache(const std::optional<PrefixCacheDelta>& server,
+                                const BenchmarkMetrics& m, bool always) {
+  if (!always && !server && !m.mean_cached_tokens) return {};
+  std::string out;
+  rule(out, "Prefix Cache", '-');
+  if (!server) {
+    line(out, "Hit rate (server /metrics):", "n/a (no prefix_cache counters)");
+  } else if (const auto rate = server->hit_rate()) {
+    line(out, "Hit rate (server /metrics):",
+         fmt::format("{:.2f}% ({:.0f} of {:.0f} tokens)", *rate * 100.0, server->hits,
+                     server->queries));
+  } else {
+    line(out, "Hit rate (server /metrics):", "n/a (no tokens looked up: caching off?)");
+  }
+  if (m.mean_cached_tokens) {
+    line(out, "Mean cached tokens (usage):", fmt::format("{:.2f}", *m.mean_cached_tokens));
+    if (m.total_input_cached_reported > 0) {
+      line(out, "Cached share of prompt tokens (usage):",
+           fmt::format("{:.2f}%", 100.0 * static_cast<double>(m.total_cached) /
+                                      static_cast<double>(m.total_input_cached_reported)));
+    }
+  } else {
+    line(out, "Mean cached tokens (usage):", "n/a (responses report no cached_tokens)");
+  }
+  out += std::string(kRuleWidth, '=');
+  out += '\n';
+  return out;
+}
+
+json prefix_cache_json(const std::optional<PrefixCacheDelta>& server) {
+  if (!server) return nullptr;
+  const auto rate = server->hit_rate();
+  return {{"prefix", server->prefix},
+          {"queries", server->queries},
+          {"hits", server->hits},
+          {"hit_rate", rate ? json(*rate) : json(nullptr)}};
+}
+
+std::string format_turn_table(std::span<const TurnMetrics> turns) {
+  std::string out;
+  rule(out, "Per-turn TTFT", '-');
+  std::string header = fmt::format("{:>4} {:>6} {:>10} {:>10} {:>9} {:>9}", "Turn", "Done",
+                                   "Input tok", "Cached tok", "Mean ms", "Median ms");
+  if (!turns.empty()) {
+    for (const auto& [p, v] : turns.front().ttft_ms.percentiles) {
+      header += fmt::format(" {:>9}", fmt::format("P{} ms", fmt_p(p)));
+    }
+  }
+  out += header + "\n";
+  for (const TurnMetrics& t : turns) {
+    std::string row = fmt::format(
+        "{:>4} {:>6} {:>10.1f} {:>10} {:>9.2f} {:>9.2f}", t.turn,
+        fmt::format("{}/{}", t.completed, t.completed + t.failed), t.mean_input_tokens,
+        t.mean_cached_tokens ? fmt::format("{:.1f}", *t.mean_cached_tokens) : std::string("n/a"),
+        t.ttft_ms.mean, t.ttft_ms.median);
+    for (const auto& [p, v] : t.ttft_ms.percentiles) row += fmt::format(" {:>9.2f}", v);
+    out += row + "\n";
+  }
+  out += std::string(kRuleWidth, '=');
+  out += '\n';
+  return out;
+}
+
+json turn_metrics_json(std::span<const TurnMetrics> turns) {
+  json out = json::array();
+  for (const TurnMetrics& t : turns) {
+    json j = {
+        {"turn", t.turn},
+        {"completed", t.completed},
+        {"failed", t.failed},
+        {"mean_input_tokens", t.mean_input_tokens},
+        {"mean_cached_tokens", t.mean_cached_tokens ? json(*t.mean_cached_tokens) : json(nullptr)}};
+    summary_json(j, "ttft", t.ttft_ms);
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 }  // namespace vpod::bench::serve

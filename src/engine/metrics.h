@@ -83,6 +83,8 @@ struct MetricsSnapshot {
   std::array<std::uint64_t, kNumStepKinds> steps_by_kind{};  // by StepKind
   std::uint64_t hybrid_step_decodes = 0;                     // decodes summed over hybrid steps
   StepTimes step_time_total;                                 // summed over all steps
+  std::int64_t prefix_cache_queries = 0;
+  std::int64_t prefix_cache_hits = 0;
 };
 
 class EngineMetrics {

@@ -67,6 +67,24 @@ TEST(StreamMeter, MeasuresTtftItlAndLatencyFromReceiptTimes) {
   EXPECT_EQ(r.output_tokens, 5);
   EXPECT_TRUE(r.output_tokens_from_usage);
   EXPECT_EQ(r.prompt_len, 3);
+  EXPECT_EQ(r.generated_text, "t0t1t2t3t4");  // the reply a next turn resends
+  EXPECT_FALSE(r.cached_tokens.has_value());  // usage had no prompt_tokens_details
+}
+
+TEST(StreamMeter, ReportsCachedTokensFromTheUsageChunk) {
+  const Clock::time_point start = Clock::now();
+  StreamMeter meter(Endpoint::completions, start);
+  ASSERT_TRUE(meter.feed(content_event(0) + R"(data: {"choices":[],"usage":{"prompt_tokens":40,)"
+                                            R"("completion_tokens":1,"prompt_tokens_details":)"
+                                            R"({"cached_tokens":32}}})"
+                                            "\n\ndata: [DONE]\n\n",
+                         start));
+  RequestResult r;
+  meter.finish(r);
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_EQ(r.cached_tokens, 32);
+  EXPECT_EQ(r.prompt_len, 40);
+  EXPECT_EQ(r.generated_text, "t0");
 }
 
 TEST(StreamMeter, CountsContentChunksWithoutUsageAndReportsBrokenStreams) {

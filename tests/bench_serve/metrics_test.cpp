@@ -81,6 +81,51 @@ TEST(ComputeMetrics, GoodputCountsRequestsWithinEverySlo) {
   EXPECT_EQ(compute_metrics(results, 10.0, e2e, kP99).good_completed, 4);
 }
 
+TEST(ComputeMetrics, MeanCachedTokensOverTheRequestsThatReportThem) {
+  std::vector<RequestResult> results = {ok(8256, 16, 0.02, 0.2, {}), ok(8256, 16, 0.03, 0.2, {}),
+                                        ok(100, 16, 0.01, 0.2, {})};
+  results[0].cached_tokens = 8192;
+  results[1].cached_tokens = 8160;
+  RequestResult failed;  // a failed request's usage counts nowhere
+  failed.cached_tokens = 5;
+  results.push_back(failed);
+  const BenchmarkMetrics m = compute_metrics(results, 1.0, {}, kP99);
+  EXPECT_EQ(m.num_cached_reported, 2);
+  EXPECT_EQ(m.total_cached, 8192 + 8160);
+  EXPECT_EQ(m.total_input_cached_reported, 2 * 8256);
+  ASSERT_TRUE(m.mean_cached_tokens.has_value());
+  EXPECT_DOUBLE_EQ(*m.mean_cached_tokens, 8176.0);
+  // No request reported cached_tokens (a server without prefix caching).
+  const std::vector<RequestResult> plain = {ok(1, 1, 0.1, 0.1, {})};
+  EXPECT_FALSE(compute_metrics(plain, 1.0, {}, kP99).mean_cached_tokens.has_value());
+}
+
+TEST(ComputeTurnMetrics, GroupsResultsByTurnAcrossConversations) {
+  // Two conversations of three turns, conversation-major; conversation 1
+  // failed at turn 3.
+  std::vector<RequestResult> results = {
+      ok(100, 8, 0.10, 0.5, {}), ok(210, 8, 0.02, 0.5, {}), ok(320, 8, 0.03, 0.5, {}),
+      ok(120, 8, 0.30, 0.5, {}), ok(230, 8, 0.04, 0.5, {}), RequestResult{},
+  };
+  results[1].cached_tokens = 96;
+  results[4].cached_tokens = 112;
+  results[2].cached_tokens = 208;
+  const std::vector<TurnMetrics> turns = compute_turn_metrics(results, 3, kP99);
+  ASSERT_EQ(turns.size(), 3u);
+  EXPECT_EQ(turns[0].turn, 1);
+  EXPECT_EQ(turns[0].completed, 2);
+  EXPECT_DOUBLE_EQ(turns[0].mean_input_tokens, 110.0);
+  EXPECT_DOUBLE_EQ(turns[0].ttft_ms.mean, 200.0);
+  EXPECT_FALSE(turns[0].mean_cached_tokens.has_value());
+  EXPECT_DOUBLE_EQ(turns[1].mean_input_tokens, 220.0);
+  EXPECT_DOUBLE_EQ(*turns[1].mean_cached_tokens, 104.0);
+  EXPECT_DOUBLE_EQ(turns[1].ttft_ms.mean, 30.0);
+  EXPECT_EQ(turns[2].completed, 1);
+  EXPECT_EQ(turns[2].failed, 1);
+  EXPECT_DOUBLE_EQ(turns[2].ttft_ms.mean, 30.0);
+  EXPECT_DOUBLE_EQ(*turns[2].mean_cached_tokens, 208.0);
+}
+
 TEST(ParseSlo, AcceptsCommaOrSpaceSeparatedKeys) {
   const auto slo = parse_slo("ttft:200,tpot:50");
   ASSERT_TRUE(slo.ok()) << slo.status().to_string();

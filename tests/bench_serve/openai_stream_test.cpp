@@ -37,6 +37,36 @@ TEST(StreamRequestBody, ChatSendsOneUserMessage) {
   EXPECT_FALSE(body.contains("ignore_eos"));
 }
 
+TEST(StreamRequestBody, ChatSendsAWholeConversation) {
+  const std::vector<ChatMessage> messages = {
+      {"system", "be brief"}, {"user", "q1"}, {"assistant", "a1"}, {"user", "q2"}};
+  StreamRequest r;
+  r.endpoint = Endpoint::chat;
+  r.model = "m";
+  r.prompt_text = "ignored when messages are given";
+  r.messages = messages;
+  const auto body = nlohmann::json::parse(stream_request_body(r));
+  ASSERT_EQ(body["messages"].size(), 4u);
+  EXPECT_EQ(body["messages"][0], nlohmann::json({{"role", "system"}, {"content", "be brief"}}));
+  EXPECT_EQ(body["messages"][2], nlohmann::json({{"role", "assistant"}, {"content", "a1"}}));
+  EXPECT_EQ(body["messages"][3], nlohmann::json({{"role", "user"}, {"content", "q2"}}));
+}
+
+TEST(ParseStreamChunk, UsageCachedTokensFromPromptTokensDetails) {
+  const auto c =
+      parse_stream_chunk(R"({"choices":[],"usage":{"prompt_tokens":8256,"completion_tokens":16,)"
+                         R"("prompt_tokens_details":{"cached_tokens":8192}}})",
+                         Endpoint::completions);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->cached_tokens, 8192);
+  const auto none =
+      parse_stream_chunk(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,)"
+                         R"("prompt_tokens_details":null}})",
+                         Endpoint::completions);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->cached_tokens.has_value());
+}
+
 TEST(ParseStreamChunk, CompletionChunkWithText) {
   const auto c = parse_stream_chunk(
       R"({"id":"cmpl-1","object":"text_completion","created":1,"model":"m",)"

@@ -44,5 +44,46 @@ TEST(Prometheus, HistogramMeanBetweenTwoScrapes) {
   EXPECT_FALSE(prometheus_histogram("x_sum 1\n", "x").has_value());
 }
 
+TEST(Prometheus, PrefixCacheHitRateBetweenTwoScrapes) {
+  const char* before =
+      "# TYPE vpod_prefix_cache_queries_total counter\n"
+      "vpod_prefix_cache_queries_total 1000\n"
+      "# TYPE vpod_prefix_cache_hits_total counter\n"
+      "vpod_prefix_cache_hits_total 200\n";
+  // 64 requests of 8256 tokens, 8192 of each found: the run's rate, not the
+  // counters' lifetime ratio.
+  const char* after =
+      "vpod_prefix_cache_queries_total 529384\n"
+      "vpod_prefix_cache_hits_total 524488\n";
+  const auto delta = prefix_cache_between(before, after);
+  ASSERT_TRUE(delta.has_value());
+  EXPECT_EQ(delta->prefix, "vpod_");
+  EXPECT_DOUBLE_EQ(delta->queries, 64.0 * 8256);
+  EXPECT_DOUBLE_EQ(delta->hits, 64.0 * 8192);
+  ASSERT_TRUE(delta->hit_rate().has_value());
+  EXPECT_DOUBLE_EQ(*delta->hit_rate(), 8192.0 / 8256.0);
+}
+
+TEST(Prometheus, PrefixCacheReadsVllmNamesAndSaysWhenThereIsNoRate) {
+  const char* before =
+      "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} 10\n"
+      "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 5\n";
+  const char* after =
+      "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} 110\n"
+      "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 30\n";
+  const auto delta = prefix_cache_between(before, after);
+  ASSERT_TRUE(delta.has_value());
+  EXPECT_EQ(delta->prefix, "vllm:");
+  EXPECT_DOUBLE_EQ(*delta->hit_rate(), 0.25);
+  // Caching off: counters present, nothing looked up, no rate (not 0%).
+  const char* idle = "vpod_prefix_cache_queries_total 0\nvpod_prefix_cache_hits_total 0\n";
+  const auto off = prefix_cache_between(idle, idle);
+  ASSERT_TRUE(off.has_value());
+  EXPECT_FALSE(off->hit_rate().has_value());
+  // A server without the counters, or one missing from a scrape: nothing.
+  EXPECT_FALSE(prefix_cache_between(kScrape, kScrape).has_value());
+  EXPECT_FALSE(prefix_cache_between(idle, "vpod_prefix_cache_queries_total 5\n").has_value());
+}
+
 }  // namespace
 }  // namespace vpod::bench::serve

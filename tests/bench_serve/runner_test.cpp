@@ -84,5 +84,75 @@ TEST(RunRequests, SendsAtTheArrivalTimesAndKeepsResultsInOrder) {
   EXPECT_GE(out.duration_s, 0.20);
 }
 
+TEST(RunChains, EachStepIsSentOnlyAfterThePreviousReplyAndResultsAreChainMajor) {
+  constexpr int kChains = 5, kSteps = 4;
+  const std::vector<double> at_once(kChains, 0.0);
+  std::mutex mutex;
+  std::vector<std::vector<int>> replied(kChains);  // steps whose reply arrived, in order
+  int in_flight = 0, most = 0;
+  bool sent_early = false;
+  RunProgress progress;
+  const RunOutcome out = run_chains(
+      at_once, kSteps, 2,
+      [&](int chain, int step) {
+        {
+          std::lock_guard lock(mutex);
+          // Every earlier step of this chain has replied, and no later one started.
+          if (static_cast<int>(replied[chain].size()) != step) sent_early = true;
+          most = std::max(most, ++in_flight);
+        }
+        std::this_thread::sleep_for(5ms);
+        RequestResult r;
+        r.success = true;
+        r.prompt_len = chain * 100 + step;
+        r.output_tokens = 1;
+        std::lock_guard lock(mutex);
+        --in_flight;
+        replied[chain].push_back(step);
+        return r;
+      },
+      progress);
+  EXPECT_FALSE(sent_early);
+  // The limit counts chains, each with one request in flight. (Whether it is
+  // reached depends on thread timing, so only the bound is asserted.)
+  EXPECT_LE(most, 2);
+  EXPECT_LE(out.max_in_flight, 2);
+  ASSERT_EQ(out.results.size(), static_cast<std::size_t>(kChains * kSteps));
+  for (int c = 0; c < kChains; ++c) {
+    EXPECT_EQ(replied[c], (std::vector<int>{0, 1, 2, 3}));
+    for (int s = 0; s < kSteps; ++s) EXPECT_EQ(out.results[c * kSteps + s].prompt_len, c * 100 + s);
+  }
+  EXPECT_EQ(progress.sent.load(), kChains * kSteps);
+  EXPECT_EQ(progress.completed.load(), kChains * kSteps);
+}
+
+TEST(RunChains, AChainStopsAtItsFirstFailure) {
+  const std::vector<double> at_once(2, 0.0);
+  std::mutex mutex;
+  std::vector<std::pair<int, int>> sent;
+  RunProgress progress;
+  const RunOutcome out = run_chains(
+      at_once, 3, 0,
+      [&](int chain, int step) {
+        {
+          std::lock_guard lock(mutex);
+          sent.emplace_back(chain, step);
+        }
+        RequestResult r;
+        r.success = !(chain == 1 && step == 1);
+        if (!r.success) r.error = "HTTP 500";
+        return r;
+      },
+      progress);
+  EXPECT_EQ(sent.size(), 5u);  // chain 1's step 2 never went out
+  EXPECT_TRUE(out.results[3].success);
+  EXPECT_EQ(out.results[4].error, "HTTP 500");
+  EXPECT_FALSE(out.results[5].success);
+  EXPECT_NE(out.results[5].error.find("not sent"), std::string::npos) << out.results[5].error;
+  EXPECT_EQ(progress.completed.load(), 4);
+  EXPECT_EQ(progress.failed.load(), 2);
+  EXPECT_EQ(progress.sent.load() - progress.completed.load() - progress.failed.load(), 0);
+}
+
 }  // namespace
 }  // namespace vpod::bench::serve
