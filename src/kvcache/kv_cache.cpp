@@ -352,8 +352,12 @@ void KvCache::free(int slot) {
 
 void KvCache::cache_prompt(int slot, std::span<const std::int32_t> prompt, int computed) {
   if (block_tokens_ == 0 || computed < block_tokens_) return;
-  to_index_.push_back(
-      {slot, prompt.first(std::min(prompt.size(), static_cast<std::size_t>(computed)))});
+  VPOD_CHECK(slot >= 0 && slot < config_.max_slots);
+  const std::uint64_t generation = memory_->with_state(
+      [&](const SlotLedger& ledger, const KvStats&) { return ledger.slot(slot).generation; });
+  if (to_index_.size() == to_index_.capacity()) return;  // one per running slot; never allocates
+  to_index_.push_back({slot, generation,
+                       prompt.first(std::min(prompt.size(), static_cast<std::size_t>(computed)))});
 }
 
 Status KvCache::prepare(const HybridBatch& batch) {
@@ -370,6 +374,9 @@ Status KvCache::prepare(const HybridBatch& batch) {
     // before any later step reads them: index its prompts' full steps now.
     memory_->with_state([&](SlotLedger& ledger, KvStats&) {
       for (const PromptToIndex& p : to_index_) {
+        // Only for the owner that reported it: the slot may have changed
+        // hands since (and the old owner's tokens may be gone).
+        if (ledger.slot(p.slot).generation != p.generation) continue;
         const std::int64_t indexed = ledger.index_prompt(p.slot, p.tokens);
         if (indexed == 0) continue;  // nothing new, or the slot was freed meanwhile
         promises_.lower(p.slot, indexed);

@@ -275,6 +275,7 @@ class KvCache final : public KvStore {
   std::vector<std::int64_t> shared_steps_;  // [max_slots]
   struct PromptToIndex {
     int slot = 0;
+    std::uint64_t generation = 0;  // the slot's owner when reported
     std::span<const std::int32_t> tokens;
   };
   std::vector<PromptToIndex> to_index_;  // reserved [max_slots]

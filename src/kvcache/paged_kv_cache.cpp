@@ -91,6 +91,7 @@ Status PagedKvCache::init() {
   promises_ = PromiseLedger(config_.max_slots, num_blocks_);
   targets_.reserve(config_.max_slots);
   to_index_.reserve(static_cast<std::size_t>(config_.max_slots));
+  generation_.assign(config_.max_slots, 0);
   if (config_.prefix_caching) {
     // One index entry per block at most: insert() never runs out of room.
     index_ = PrefixIndex(num_blocks_, config_.block_size, paged_store_salt(config_));
@@ -171,6 +172,7 @@ Result<int> PagedKvCache::acquire_locked(std::int64_t expected_tokens) {
   for (int s = 0; s < config_.max_slots; ++s) {
     if (active_[s]) continue;
     active_[s] = 1;
+    ++generation_[s];
     used_tokens_[s] = 0;
     if (config_.prefix_caching) {
       slot_indexed_[s] = 0;
@@ -388,7 +390,7 @@ void PagedKvCache::cache_prompt(int slot, std::span<const std::int32_t> prompt, 
   // prepare(batch).
   const std::int64_t known = std::clamp<std::int64_t>(computed, 0, prompt.size());
   if (slot_hashed_[slot] < known / config_.block_size && to_index_.size() < to_index_.capacity())
-    to_index_.push_back({slot, prompt, computed});
+    to_index_.push_back({slot, generation_[slot], prompt, computed});
 }
 
 void PagedKvCache::index_prompt_locked(int slot, std::span<const std::int32_t> prompt,
@@ -440,7 +442,10 @@ Status PagedKvCache::prepare(const HybridBatch& batch) {
     // them before any later step reads them.
     std::lock_guard lock(mutex_);
     for (const PromptToIndex& p : to_index_) {
-      if (active_[p.slot]) index_prompt_locked(p.slot, p.prompt, p.computed);
+      // Only for the owner that reported it (the slot may have changed hands,
+      // and the old owner's tokens may be gone).
+      if (active_[p.slot] && generation_[p.slot] == p.generation)
+        index_prompt_locked(p.slot, p.prompt, p.computed);
     }
   }
   to_index_.clear();

@@ -196,10 +196,12 @@ class PagedKvCache final : public KvStore {
   // (the scheduler reports at schedule time), indexed again in prepare().
   struct PromptToIndex {
     int slot = 0;
+    std::uint64_t generation = 0;  // the slot's owner then
     std::span<const std::int32_t> prompt;
     int computed = 0;
   };
-  std::vector<PromptToIndex> to_index_;  // reserved [max_slots]
+  std::vector<std::uint64_t> generation_;  // [max_slots] bumped by acquire()
+  std::vector<PromptToIndex> to_index_;    // reserved [max_slots]
 };
 
 }  // namespace vpod::kvcache
