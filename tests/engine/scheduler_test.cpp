@@ -655,7 +655,7 @@ TEST(SchedulerPrefix, RandomSharedPrefixWorkloadMatchesRunsWithoutCaching) {
         p = prompts[rng() % prompts.size()];  // a repeated prompt
       } else {
         p = systems[rng() % systems.size()];
-        const int unique = static_cast<int>(rng() % 100) + (p.empty() ? 1 : 0);
+        const int unique = static_cast<int>(rng() % 100);
         for (int t = 0; t < unique; ++t) p.push_back(static_cast<std::int32_t>(rng() % kVocab));
       }
       prompts.push_back(p);
