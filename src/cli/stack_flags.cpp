@@ -96,6 +96,11 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
              "vattn: on maps the next admitted request's first chunk while steps run; off "
              "maps it when the request is admitted")
       ->default_str(on_off(o.kv_eager_allocation));
+  // vLLM's spelling: --enable-prefix-caching / --no-enable-prefix-caching.
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.prefix_caching,
+               "Reuse the cached K/V of prompt prefixes seen before (--no-enable-prefix-caching: "
+               "off)")
+      ->default_str(o.prefix_caching ? "true" : "false");
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "Fraction of GPU memory vpod may use (weights, activations, KV cache)")
       ->capture_default_str();

@@ -16,9 +16,9 @@ namespace vpod::cli {
 
 // --device --dtype --attention --cpu-threads --max-model-len --max-num-seqs
 // --max-num-batched-tokens --kv-cache --kv-layout --kv-eager-allocation
-// --gpu-memory-utilization --kv-cache-memory --async-scheduling. `options`
-// holds the defaults and must outlive the parse. (--model and --seed mean
-// different things per command; each command adds its own.)
+// --enable-prefix-caching / --no-enable-prefix-caching --gpu-memory-utilization --kv-cache-memory
+// --async-scheduling. `options` holds the defaults and must outlive the parse. (--model and --seed
+// mean different things per command; each command adds its own.)
 void add_stack_flags(CLI::App& cmd, engine::StackOptions& options);
 
 // "4GiB", "512MiB", "64KiB", "2GB", "1000000" -> bytes; nullopt when not a

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 
 #if defined(__CUDACC__)
 #define VPOD_HOST_DEVICE __host__ __device__
@@ -28,6 +30,25 @@ VPOD_HOST_DEVICE constexpr std::uint64_t splitmix64_finalize(std::uint64_t z) {
 // One step of the generator from state x: finalize(x + gamma).
 VPOD_HOST_DEVICE constexpr std::uint64_t splitmix64(std::uint64_t x) {
   return splitmix64_finalize(x + kSplitMix64Gamma);
+}
+
+// A byte string hashed through SplitMix64, 8 bytes at a time, then its
+// length: names a request's cache salt or a model's config (prefix caching).
+// Not cryptographic; host only.
+inline std::uint64_t splitmix64_bytes(std::string_view bytes, std::uint64_t seed = 0) {
+  std::uint64_t h = splitmix64(seed);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, 8);
+    h = splitmix64(h ^ word);
+  }
+  if (i < bytes.size()) {
+    std::uint64_t tail = 0;
+    std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+    h = splitmix64(h ^ tail);
+  }
+  return splitmix64(h ^ static_cast<std::uint64_t>(bytes.size()));
 }
 
 }  // namespace vpod

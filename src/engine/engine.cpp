@@ -84,6 +84,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   r->sampling = spec.sampling;
   r->stop = std::move(spec.stop);
   r->num_prompt_tokens = num_prompt;
+  r->cache_salt = hash_cache_salt(spec.cache_salt);
   r->max_total_tokens = static_cast<int>(
       std::min<std::int64_t>(std::int64_t{num_prompt} + r->stop.max_tokens, config_.max_model_len));
   r->token_ids = std::move(spec.prompt_token_ids);
@@ -234,6 +235,8 @@ const ScheduledStep& Engine::schedule(Clock::time_point now) {
   for (Request* r : step.admitted)
     metrics_.request_queue_time_s.observe(seconds_between(r->arrival_time, now));
   metrics_.num_preemptions.fetch_add(step.num_preempted, std::memory_order_relaxed);
+  metrics_.prefix_cache_queries.fetch_add(step.prefix_cache_queries, std::memory_order_relaxed);
+  metrics_.prefix_cache_hits.fetch_add(step.prefix_cache_hits, std::memory_order_relaxed);
   return step;
 }
 
@@ -263,6 +266,9 @@ bool Engine::step() {
   Status launched = step.empty() ? Status{} : kv_.prepare(step.batch);  // back its tokens
   timer.begin(StepPhase::launch);
   if (launched.ok() && !step.empty()) launched = launch(step);  // returns at once when pipelined
+  // Queued: the prompt blocks the step computes may be shared from now on
+  // (later readers of the cache run after it).
+  if (launched.ok()) scheduler_.cache_prompts(step);
   timer.end();
   if (!config_.async_scheduling) collect(timer);  // synchronous: wait for it right here
   const Clock::time_point t_outputs =

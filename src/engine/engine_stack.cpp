@@ -6,8 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
+#include "common/splitmix64.h"
 #include "cuda/device_info.h"
 #include "engine/async_executor.h"
 #include "engine/tokenizer_decoder.h"
@@ -102,6 +105,14 @@ void apply_attention_choice(AttentionChoice choice, model::CudaBackendOptions& o
       choice == AttentionChoice::pod ? model::AttentionMode::pod : model::AttentionMode::serial;
 }
 
+Result<std::uint64_t> model_prefix_salt(const std::filesystem::path& model_dir, DType kv_dtype) {
+  const std::filesystem::path path = model_dir / "config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(fmt::format("cannot read {}", path.string()));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return splitmix64_bytes(dtype_name(kv_dtype), splitmix64_bytes(bytes));
+}
+
 // Members in construction order: destruction runs bottom-up, so the runner,
 // the cache and the model go away after the engine that borrows them (the
 // engine itself is EngineStack::engine_, destroyed before this).
@@ -182,6 +193,7 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
                                         std::string* note) {
   Parts& p = *parts_;
   const kvcache::KvShape shape = kv_shape();
+  VPOD_ASSIGN_OR_RETURN(const std::uint64_t salt, model_prefix_salt(o.model_dir, shape.dtype));
   if (o.kv_cache == KvCacheKind::paged) {
     VPOD_ASSIGN_OR_RETURN(auto paged,
                           kvcache::PagedKvCache::create({.shape = shape,
@@ -189,7 +201,9 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
                                                          .max_slots = o.max_num_seqs,
                                                          .max_ctx = max_model_len,
                                                          .memory_bytes = kv_bytes_,
-                                                         .device = device_}));
+                                                         .device = device_,
+                                                         .prefix_caching = o.prefix_caching,
+                                                         .prefix_salt = salt}));
     *note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
                         paged->capacity_tokens());
     p.store = std::move(paged);
@@ -212,7 +226,9 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
                                                   .memory_bytes = kv_bytes_,
                                                   .growth = kvcache::GrowthMode::background,
                                                   .lookahead_tokens = kKvLookaheadTokens,
-                                                  .eager_allocation = o.kv_eager_allocation},
+                                                  .eager_allocation = o.kv_eager_allocation,
+                                                  .prefix_caching = o.prefix_caching,
+                                                  .prefix_salt = salt},
                                                  provider));
   *note = fmt::format("vattn {}, {} tokens", kvcache::kv_layout_name(o.kv_layout),
                       cache->capacity_tokens());
@@ -276,7 +292,8 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
 
   EngineConfig ec;
   ec.scheduler = {.max_num_seqs = o.max_num_seqs,
-                  .max_num_batched_tokens = o.max_num_batched_tokens};
+                  .max_num_batched_tokens = o.max_num_batched_tokens,
+                  .prefix_caching = o.prefix_caching};
   ec.max_model_len = max_model_len;
   ec.vocab_size = mc.vocab_size;
   const model::GenerationConfig& gen = p.model->generation_config();
@@ -296,11 +313,12 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   VPOD_ASSIGN_OR_RETURN(s->engine_, Engine::create(ec, *executor, *p.store, *p.decoders));
   s->engine_->start();
 
-  s->summary_ =
-      fmt::format("{} ({}); {} layers, {} of weights; KV cache {} ({}, {} slots x {} tokens){}{}",
-                  device_name(s->device_), p.backend->description(), mc.num_layers,
-                  format_gib(p.model->weight_bytes()), format_gib(s->kv_bytes_), cache_note,
-                  o.max_num_seqs, max_model_len, budget_note.empty() ? "" : "; ", budget_note);
+  s->summary_ = fmt::format(
+      "{} ({}); {} layers, {} of weights; KV cache {} ({}, {} slots x {} tokens, prefix caching "
+      "{}){}{}",
+      device_name(s->device_), p.backend->description(), mc.num_layers,
+      format_gib(p.model->weight_bytes()), format_gib(s->kv_bytes_), cache_note, o.max_num_seqs,
+      max_model_len, o.prefix_caching ? "on" : "off", budget_note.empty() ? "" : "; ", budget_note);
   return s;
 }
 

@@ -54,6 +54,11 @@ Result<AttentionChoice> parse_attention_choice(std::string_view text);
 // AttentionMode); the benchmarks that build a backend by hand use it too.
 void apply_attention_choice(AttentionChoice choice, model::CudaBackendOptions& options);
 
+// The salt the KV stores' prefix index starts from: the model folder's
+// config.json bytes and the KV dtype, so K/V of one model or precision are
+// never handed to another.
+Result<std::uint64_t> model_prefix_salt(const std::filesystem::path& model_dir, DType kv_dtype);
+
 struct StackOptions {
   std::filesystem::path model_dir;
   DeviceRequest device = DeviceRequest::automatic;
@@ -70,6 +75,11 @@ struct StackOptions {
   // vattn: pre-map the next admitted request's first chunk while steps run
   // (KvCacheConfig::eager_allocation); off for comparison.
   bool kv_eager_allocation = true;
+  // --enable-prefix-caching: both stores keep computed prompt blocks and
+  // hand them to later requests that start with the same tokens (on by
+  // default, as in vLLM). The stack salts the cache with the model's identity
+  // (model_prefix_salt).
+  bool prefix_caching = true;
   double gpu_memory_utilization = 0.9;    // (0, 1]
   std::size_t kv_cache_memory_bytes = 0;  // 0: from the GPU budget, or the CPU default
 

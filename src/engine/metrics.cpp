@@ -151,6 +151,8 @@ MetricsSnapshot EngineMetrics::snapshot() const {
   for (int i = 0; i < kNumStepKinds; ++i)
     m.steps_by_kind[i] = steps_by_kind[i].load(std::memory_order_relaxed);
   m.hybrid_step_decodes = hybrid_step_decodes.load(std::memory_order_relaxed);
+  m.prefix_cache_queries = prefix_cache_queries.load(std::memory_order_relaxed);
+  m.prefix_cache_hits = prefix_cache_hits.load(std::memory_order_relaxed);
   m.step_time_total.schedule_s = schedule_s_.load(std::memory_order_relaxed);
   m.step_time_total.prepare_s = prepare_s_.load(std::memory_order_relaxed);
   m.step_time_total.forward_s = forward_s_.load(std::memory_order_relaxed);
@@ -181,6 +183,11 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix)
                 m.prompt_tokens);
   append_scalar(out, p + "generation_tokens_total", "counter", "Generated tokens.",
                 m.generation_tokens);
+  append_scalar(out, p + "prefix_cache_queries_total", "counter",
+                "Tokens looked up in the prefix cache at admission.", m.prefix_cache_queries);
+  append_scalar(out, p + "prefix_cache_hits_total", "counter",
+                "Tokens found in the prefix cache at admission (their prefill is skipped).",
+                m.prefix_cache_hits);
 
   const std::string finished = p + "request_success_total";
   out += "# HELP " + finished + " Finished requests, by finish reason.\n";

@@ -83,6 +83,8 @@ struct MetricsSnapshot {
   std::array<std::uint64_t, kNumStepKinds> steps_by_kind{};  // by StepKind
   std::uint64_t hybrid_step_decodes = 0;                     // decodes summed over hybrid steps
   StepTimes step_time_total;                                 // summed over all steps
+  // Prefix cache, in tokens, as vLLM counts them: looked up at admissions
+  // (readmissions after preemption included) and found cached there.
   std::int64_t prefix_cache_queries = 0;
   std::int64_t prefix_cache_hits = 0;
 };
@@ -109,6 +111,8 @@ class EngineMetrics {
   std::atomic<std::uint64_t> num_steps{0};
   std::array<std::atomic<std::uint64_t>, kNumStepKinds> steps_by_kind{};
   std::atomic<std::uint64_t> hybrid_step_decodes{0};
+  std::atomic<std::int64_t> prefix_cache_queries{0};
+  std::atomic<std::int64_t> prefix_cache_hits{0};
 
   // `launched`: the step ran a forward (counted in num_steps and the step
   // duration histogram); a pipelined loop's last call only collects.

@@ -87,6 +87,7 @@ bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::t
   }
   delta_.num_prompt_tokens = r.num_prompt_tokens;
   delta_.num_generated_tokens = r.num_generated();
+  delta_.num_cached_tokens = r.num_cached_tokens;
   r.stream->push(delta_);
   return finished;
 }
@@ -116,6 +117,7 @@ void OutputProcessor::end(Request& r, FinishReason reason, std::string_view erro
   delta_.error.assign(error);
   delta_.num_prompt_tokens = r.num_prompt_tokens;
   delta_.num_generated_tokens = r.num_generated();
+  delta_.num_cached_tokens = r.num_cached_tokens;
   metrics_.count_finished(reason);
   metrics_.e2e_request_latency_s.observe(seconds_between(r.arrival_time, now));
   r.stream->push(delta_);

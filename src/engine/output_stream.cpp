@@ -38,6 +38,7 @@ void RequestOutput::merge(const RequestOutput& next) {
     error = next.error;
   }
   num_prompt_tokens = next.num_prompt_tokens;
+  num_cached_tokens = next.num_cached_tokens;
   num_generated_tokens = next.num_generated_tokens;
 }
 

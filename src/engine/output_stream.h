@@ -39,9 +39,12 @@ struct RequestOutput {
   std::optional<std::int32_t> stop_token;  // the stop/EOS token that ended it, if any
   std::string error;                       // why, when finish_reason == error
 
-  // Running totals (usage), valid in every delta.
+  // Running totals (usage), valid in every delta. num_cached_tokens: the
+  // prompt tokens the prefix cache held at the request's first admission
+  // (OpenAI's usage.prompt_tokens_details.cached_tokens).
   int num_prompt_tokens = 0;
   int num_generated_tokens = 0;
+  int num_cached_tokens = 0;
 
   void clear();
   // Appends `next` (a later delta of the same request) to this one.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/splitmix64.h"
 #include "engine/output_stream.h"
 #include "engine/text_decoder.h"
 
@@ -17,6 +18,12 @@ constexpr std::size_t kMaxStopStringBytes = 1024;
 // OpenAI's range for presence and frequency penalties.
 constexpr float kMaxAbsPenalty = 2.0f;
 }  // namespace
+
+std::uint64_t hash_cache_salt(std::string_view cache_salt) {
+  if (cache_salt.empty()) return 0;
+  const std::uint64_t h = splitmix64_bytes(cache_salt);
+  return h != 0 ? h : 1;
+}
 
 std::string_view request_state_name(RequestState state) {
   switch (state) {

@@ -89,7 +89,14 @@ struct RequestSpec {
   std::vector<std::int32_t> prompt_token_ids;
   SamplingParams sampling;
   StopParams stop;
+  // vLLM's cache_salt: requests reuse each other's cached prompt K/V only
+  // when their salts are equal (tenant isolation). "": the default tenant.
+  std::string cache_salt;
 };
+
+// The 64-bit salt prefix caching keys a request's blocks under: 0 for "",
+// never 0 otherwise.
+std::uint64_t hash_cache_salt(std::string_view cache_salt);
 
 class RequestStream;
 class IncrementalDecoder;
@@ -121,6 +128,12 @@ struct Request {
   int slot = -1;
   int num_computed = 0;
   int num_preemptions = 0;
+  // Prefix caching: the salt admission looks cached blocks up under
+  // (hash_cache_salt), and the prompt tokens the cache held at the first
+  // admission (usage's cached_tokens; a readmission after preemption may hit
+  // more, even its own blocks, and does not change it).
+  std::uint64_t cache_salt = 0;
+  int num_cached_tokens = 0;
 
   // Output side: text made final by the detokenizer, and how much of it has
   // been streamed (the rest may be the start of a stop string, held back).

@@ -97,6 +97,8 @@ void ScheduledStep::clear() {
   unschedulable.clear();
   admitted.clear();
   num_preempted = 0;
+  prefix_cache_queries = 0;
+  prefix_cache_hits = 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -155,13 +157,29 @@ bool Scheduler::grow_or_preempt(Request* r) {
   return true;
 }
 
+kvcache::PrefixQuery Scheduler::prefix_query(const Request& r) const {
+  if (!config_.prefix_caching) return {};
+  return {.tokens = r.token_ids, .salt = r.cache_salt};
+}
+
+// After a preemption r's known tokens are its prompt and outputs: all of
+// them are looked up (a store indexes prompt blocks only, so the hit ends
+// within the prompt).
 void Scheduler::admit(Request* r, Clock::time_point now) {
   waiting_.remove(r);
-  r->slot = kv_.allocate(r->num_tokens(), {}).slot;
-  r->num_computed = 0;
+  const kvcache::Allocation a = kv_.allocate(r->num_tokens(), prefix_query(*r));
+  VPOD_CHECK_MSG(a.cached_tokens >= 0 && a.cached_tokens < r->num_tokens(),
+                 "the KV cache must leave a request's last token uncached");
+  r->slot = a.slot;
+  r->num_computed = a.cached_tokens;  // the prefill starts at the first uncached token
   r->state = RequestState::prefilling;
+  if (config_.prefix_caching) {
+    step_.prefix_cache_queries += r->num_tokens();
+    step_.prefix_cache_hits += a.cached_tokens;
+  }
   if (!r->first_scheduled_time) {
     r->first_scheduled_time = now;
+    r->num_cached_tokens = a.cached_tokens;
     step_.admitted.push_back(r);
   }
   running_.insert(r);
@@ -203,7 +221,7 @@ const ScheduledStep& Scheduler::schedule(Clock::time_point now) {
   while (step_.num_preempted == 0 && budget.remaining() > 0 && !waiting_.empty() &&
          running_.size() < static_cast<std::size_t>(config_.max_num_seqs)) {
     Request* r = waiting_.front();
-    if (!kv_.can_allocate(r->num_tokens(), {})) {
+    if (!kv_.can_allocate(r->num_tokens(), prefix_query(*r))) {
       if (running_.empty()) {  // the empty cache cannot back it: it never will
         waiting_.remove(r);
         step_.unschedulable.push_back(r);
@@ -276,6 +294,15 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const SampledToken> 
                    "token_ids must be reserved for prompt + max_tokens");
     r->token_ids.push_back(sampled[i].token);
     r->state = RequestState::decoding;
+  }
+}
+
+void Scheduler::cache_prompts(const ScheduledStep& step) {
+  for (std::size_t i = 0; i < step.prefill_requests.size(); ++i) {
+    const Request* r = step.prefill_requests[i];
+    const BatchSequence& s = step.batch.prefills[i];
+    const int computed = std::min(s.cached_len + s.num_new, r->num_prompt_tokens);
+    kv_.cache_prompt(s.slot, std::span(r->token_ids.data(), r->num_prompt_tokens), computed);
   }
 }
 

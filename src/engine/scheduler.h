@@ -11,11 +11,17 @@
 //   3. waiting requests are admitted FCFS while the budget, --max-num-seqs and
 //      the KV cache allow (and no preemption happened this step); admission
 //      reserves the request's whole prefill.
+// Prefix caching: admission looks the request's known tokens up in the KV
+// cache (PrefixQuery); the prefill starts at the first token the cache does
+// not already hold (chunking unchanged), and after each launch the scheduler
+// tells the cache how far every prompt in the step is computed
+// (cache_prompts), so that later requests can share those blocks.
 // The step is emitted as a HybridBatch plus the requests behind each sequence.
 // Nothing here touches a GPU or a model: it is all testable on the CPU.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "common/hybrid_batch.h"
@@ -29,6 +35,10 @@ namespace vpod::engine {
 struct SchedulerConfig {
   int max_num_seqs = 256;             // running requests at once
   int max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
+  // Look each admission's tokens up in the KV cache's prefix cache (the
+  // store itself may have it off: it then finds nothing). Off: no lookups,
+  // and no prefix-cache queries are counted.
+  bool prefix_caching = true;
 };
 
 Status validate(const SchedulerConfig& config);
@@ -88,6 +98,10 @@ struct ScheduledStep {
   std::vector<Request*> unschedulable;
   std::vector<Request*> admitted;  // admitted for the first time this step (queue time)
   int num_preempted = 0;
+  // Prefix cache, over this step's admissions: tokens looked up and tokens
+  // found (vLLM's queries and hits).
+  std::int64_t prefix_cache_queries = 0;
+  std::int64_t prefix_cache_hits = 0;
 
   bool empty() const { return batch.empty(); }
   void clear();
@@ -107,6 +121,10 @@ class Scheduler {
   // requests that ended while the step ran (pipelined loop: a stop string
   // found late); the engine then releases those.
   void commit(const ScheduledStep& step, std::span<const SampledToken> sampled);
+  // Once `step` is launched (its kernels queued, before commit): reports to
+  // the KV cache how far each prefill chunk leaves its prompt computed
+  // (KvCapacity::cache_prompt), so the cache can index those blocks.
+  void cache_prompts(const ScheduledStep& step);
   // Takes a finished or aborted request out (waiting or running) and frees its slot.
   void remove(Request* r);
 
@@ -120,6 +138,9 @@ class Scheduler {
   bool grow_or_preempt(Request* r);
   void preempt(Request* victim);
   void admit(Request* r, Clock::time_point now);
+  // What admission looks up for r: its known tokens under its salt (nothing
+  // when prefix caching is off).
+  kvcache::PrefixQuery prefix_query(const Request& r) const;
   void lay_out_batch();
 
   SchedulerConfig config_;

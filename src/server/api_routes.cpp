@@ -79,14 +79,14 @@ ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output)
 // call with the builder that turns its deltas into OpenAI JSON.
 RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
                               const engine::SamplingParams& sampling,
-                              const engine::StopParams& stop,
+                              const engine::StopParams& stop, const std::string& cache_salt,
                               std::vector<std::vector<std::int32_t>> prompts,
                               std::vector<std::string> echo_texts, std::function<void()> notify) {
   std::vector<engine::RequestSpec> specs;
   specs.reserve(prompts.size() * options.n);
   for (const auto& prompt : prompts) {
     for (int i = 0; i < options.n; ++i) {
-      engine::RequestSpec spec{prompt, sampling, stop};
+      engine::RequestSpec spec{prompt, sampling, stop, cache_salt};
       if (sampling.seed) spec.sampling.seed = choice_seed(*sampling.seed, i);
       specs.push_back(std::move(spec));
     }
@@ -254,7 +254,8 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
     prompts.push_back(std::move(ids));
   }
   return start_generation(backend, response_options(Endpoint::completions, r.output), r.sampling,
-                          r.stop, std::move(prompts), std::move(echo_texts), std::move(notify));
+                          r.stop, r.cache_salt, std::move(prompts), std::move(echo_texts),
+                          std::move(notify));
 }
 
 RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,
@@ -286,7 +287,7 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids));
   return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
-                          std::move(prompts), {}, std::move(notify));
+                          r.cache_salt, std::move(prompts), {}, std::move(notify));
 }
 
 Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) const {

@@ -86,11 +86,21 @@ int ResponseBuilder::completion_tokens() const {
   return total;
 }
 
+// A prompt's n choices are n engine requests, each with its own prefix-cache
+// hit; the prompt is counted once, so is its first choice's hit.
+int ResponseBuilder::cached_tokens() const {
+  int total = 0;
+  for (std::size_t p = 0; p < prompts_.size(); ++p)
+    total += choices_[p * static_cast<std::size_t>(options_.n)].num_cached;
+  return total;
+}
+
 json ResponseBuilder::usage() const {
   const int completion = completion_tokens();
   return {{"prompt_tokens", prompt_tokens_},
           {"completion_tokens", completion},
-          {"total_tokens", prompt_tokens_ + completion}};
+          {"total_tokens", prompt_tokens_ + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens()}}}};
 }
 
 json ResponseBuilder::chunk_header() const {
@@ -172,6 +182,7 @@ std::string ResponseBuilder::add(int index, engine::RequestOutput& delta) {
   Choice& choice = choices_[index];
   VPOD_CHECK_MSG(!choice.finished, "a delta after the final one");
   choice.num_generated = delta.num_generated_tokens;
+  choice.num_cached = delta.num_cached_tokens;
   if (!choice.started && !echo_texts_[choice.prompt_index].empty()) {
     delta.text.insert(0, echo_texts_[choice.prompt_index]);
   }

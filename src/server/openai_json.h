@@ -67,6 +67,8 @@ class ResponseBuilder {
 
   int prompt_tokens() const { return prompt_tokens_; }
   int completion_tokens() const;
+  // usage.prompt_tokens_details.cached_tokens: per prompt, its first choice's.
+  int cached_tokens() const;
 
  private:
   struct Choice {
@@ -76,6 +78,7 @@ class ResponseBuilder {
     engine::FinishReason finish_reason = engine::FinishReason::none;
     nlohmann::json stop_reason;  // string, token id or null
     int num_generated = 0;
+    int num_cached = 0;                   // prompt tokens the prefix cache held at admission
     std::size_t text_offset = 0;          // completions logprobs: code points so far
     std::string text;                     // non-streaming only
     std::vector<std::int32_t> token_ids;  // non-streaming only

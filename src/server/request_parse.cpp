@@ -297,6 +297,20 @@ void parse_output(Fields& f, const RequestLimits& limits, OutputOptions& o) {
   o.return_token_ids = f.boolean("return_token_ids", false);
 }
 
+// vLLM's cache_salt: requests share cached prompt blocks only under equal
+// salts. Like vLLM, a given salt must be a non-empty string (null: none).
+std::string parse_cache_salt(Fields& f) {
+  const json* v = f.find("cache_salt");
+  if (!v) return {};
+  if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
+    f.fail(bad_request(fmt::format("'cache_salt' must be a non-empty string, got {}",
+                                   v->is_string() ? "an empty string" : type_name(*v)),
+                       "cache_salt"));
+    return {};
+  }
+  return v->get<std::string>();
+}
+
 // max_tokens (and min_tokens, which must not exceed it).
 void parse_lengths(Fields& f, const char* max_name, const RequestLimits& limits,
                    std::optional<int>& max_tokens, int& min_tokens) {
@@ -556,6 +570,7 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
   }
   parse_sampling(f, limits, r.sampling, r.stop);
   parse_output(f, limits, r.output);
+  r.cache_salt = parse_cache_salt(f);
   if (auto logprobs = f.integer("logprobs", 0, limits.max_logprobs)) {
     r.sampling.logprobs = static_cast<int>(*logprobs);
   }
@@ -598,6 +613,7 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLi
   parse_lengths(f, max_name, limits, r.max_tokens, r.stop.min_tokens);
   parse_sampling(f, limits, r.sampling, r.stop);
   parse_output(f, limits, r.output);
+  r.cache_salt = parse_cache_salt(f);
   const bool logprobs = f.boolean("logprobs", false);
   auto top = f.integer("top_logprobs", 0, limits.max_logprobs);
   if (top && !logprobs) {

@@ -56,6 +56,7 @@ struct CompletionRequest {
   engine::SamplingParams sampling;
   engine::StopParams stop;  // max_tokens defaults to 16 for completions
   OutputOptions output;
+  std::string cache_salt;  // vLLM's prefix-cache salt; "" when not given
 };
 
 struct ChatRequest {
@@ -69,6 +70,7 @@ struct ChatRequest {
   engine::SamplingParams sampling;
   engine::StopParams stop;  // stop.max_tokens is filled by the handler
   OutputOptions output;
+  std::string cache_salt;  // vLLM's prefix-cache salt; "" when not given
 };
 
 // POST /tokenize: a prompt, or messages rendered through the chat template.

@@ -1,6 +1,6 @@
 // The periodic stats line `vpod serve` logs while it is busy, as vLLM does:
 // prompt and generation throughput over the interval, running and waiting
-// requests, KV cache use.
+// requests, KV cache use, and the prefix cache's hit rate.
 #pragma once
 
 #include <optional>

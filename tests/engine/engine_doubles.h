@@ -1,7 +1,16 @@
 // Deterministic test doubles of the engine's three borrowed interfaces.
 //
-// FakeKvCache (KvCapacity): counts fixed-size blocks per slot, like a paged
-// cache; every reservation, growth and free is checked.
+// FakeKvCache (KvCapacity): fixed-size blocks per slot, like a paged cache;
+// every reservation, growth and free is checked. With prefix caching on it
+// has a real prefix cache of its own: the full prompt blocks the scheduler
+// reports computed (cache_prompt) are indexed exactly (salt and every token
+// up to the block's end, no hashing); an admission whose tokens start with
+// indexed blocks of its salt gets them, shared (counted once) while any slot
+// holds them, kept when none does, and reused least recently released first
+// when the pool runs short. With a SlotMemory the hit tokens are written into
+// the new slot's memory, as a real store maps the cached K/V there, so
+// HashModel's checks (no gap, nothing computed twice) cover hits as well;
+// and cache_prompt is checked against what the prepared step computes.
 //
 // HashModel (ModelExecutor): a model whose "KV cache" is the token ids it has
 // been fed, per slot. A sequence must arrive with exactly the cached length
@@ -23,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,12 +54,26 @@ struct SlotMemory {
 class FakeKvCache final : public kvcache::KvCapacity {
  public:
   FakeKvCache(int num_slots, int num_blocks, int block_tokens, int max_tokens_per_slot,
-              SlotMemory* memory = nullptr)
+              SlotMemory* memory = nullptr, bool prefix_caching = false)
       : num_blocks_(num_blocks),
         block_tokens_(block_tokens),
         max_tokens_per_slot_(max_tokens_per_slot),
-        slot_blocks_(num_slots, -1),
+        max_blocks_per_slot_(blocks_for(max_tokens_per_slot)),
+        prefix_caching_(prefix_caching),
+        blocks_(num_blocks),
+        slots_(num_slots),
         memory_(memory) {
+    // Everything a step touches is sized here: the engine's "a step
+    // allocates nothing" is tested through this double.
+    free_.reserve(num_blocks);
+    for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+    if (prefix_caching_)
+      for (Block& block : blocks_) block.prefix.reserve(max_tokens_per_slot);
+    for (Slot& slot : slots_) {
+      slot.blocks.reserve(max_blocks_per_slot_);
+      if (memory_) slot.step_tokens.reserve(max_tokens_per_slot);
+    }
+    hits_.reserve(max_blocks_per_slot_);
     if (memory_) {
       memory_->tokens.assign(num_slots, {});
       for (auto& slot : memory_->tokens) slot.reserve(max_tokens_per_slot);
@@ -60,71 +84,246 @@ class FakeKvCache final : public kvcache::KvCapacity {
   std::int64_t capacity_tokens() const override {
     return std::int64_t{num_blocks_} * block_tokens_;
   }
-  bool can_allocate(int num_tokens, const kvcache::PrefixQuery& /*prefix*/) const override {
-    return free_slot() >= 0 && num_tokens <= max_tokens_per_slot_ &&
-           blocks_for(num_tokens) <= num_blocks_ - used_blocks_;
+  bool can_allocate(int num_tokens, const kvcache::PrefixQuery& prefix) const override {
+    if (free_slot() < 0 || num_tokens > max_tokens_per_slot_) return false;
+    const int hits = match(num_tokens, prefix);
+    int revived = 0;  // hit blocks no slot holds: they leave the evictable pool
+    for (int i = 0; i < hits; ++i) revived += blocks_[hits_[i]].refs == 0;
+    return blocks_for(num_tokens) - hits <= available() - revived;
   }
   kvcache::Allocation allocate(int num_tokens, const kvcache::PrefixQuery& prefix) override {
     EXPECT_TRUE(can_allocate(num_tokens, prefix));
-    const int slot = free_slot();
-    slot_blocks_[slot] = blocks_for(num_tokens);
-    used_blocks_ += slot_blocks_[slot];
+    const int slot_id = free_slot();
+    Slot& slot = slots_[slot_id];
+    slot.used = true;
+    slot.salt = prefix.salt;
+    const int hits = match(num_tokens, prefix);
+    for (int i = 0; i < hits; ++i) {
+      Block& b = blocks_[hits_[i]];
+      if (b.refs++ == 0) --num_evictable_;
+      slot.blocks.push_back(hits_[i]);
+    }
+    while (static_cast<int>(slot.blocks.size()) < blocks_for(num_tokens))
+      slot.blocks.push_back(take_block());
+    const int cached = hits * block_tokens_;
+    if (memory_) {
+      // The cached K/V appear in the new slot, as a real store maps them there.
+      std::vector<std::int32_t>& mem = memory_->tokens[slot_id];
+      EXPECT_TRUE(mem.empty()) << "slot " << slot_id << " was not wiped";
+      mem.assign(prefix.tokens.begin(), prefix.tokens.begin() + cached);
+    }
     ++num_allocations;
-    return {.slot = slot, .cached_tokens = 0};
+    hit_tokens += cached;
+    return {.slot = slot_id, .cached_tokens = cached};
   }
-  bool grow(int slot, int num_tokens) override {
-    EXPECT_GE(slot_blocks_.at(slot), 0) << "grow of a free slot";
+  bool grow(int slot_id, int num_tokens) override {
+    EXPECT_TRUE(slots_.at(slot_id).used) << "grow of a free slot";
     if (num_tokens > max_tokens_per_slot_) return false;
-    const int extra = blocks_for(num_tokens) - slot_blocks_[slot];
+    Slot& slot = slots_[slot_id];
+    const int extra = blocks_for(num_tokens) - static_cast<int>(slot.blocks.size());
     if (extra <= 0) return true;
-    if (extra > num_blocks_ - used_blocks_) return false;
-    slot_blocks_[slot] += extra;
-    used_blocks_ += extra;
+    if (extra > available()) return false;
+    for (int i = 0; i < extra; ++i) slot.blocks.push_back(take_block());
     return true;
   }
-  void free(int slot) override {
-    EXPECT_GE(slot_blocks_.at(slot), 0) << "double free of slot " << slot;
-    used_blocks_ -= slot_blocks_[slot];
-    slot_blocks_[slot] = -1;
-    if (memory_) memory_->wipe(slot);
+  void free(int slot_id) override {
+    EXPECT_TRUE(slots_.at(slot_id).used) << "double free of slot " << slot_id;
+    Slot& slot = slots_[slot_id];
+    for (int b : slot.blocks) release_block(b);
+    slot.blocks.clear();
+    slot.step_tokens.clear();
+    slot.used = false;
+    if (memory_) memory_->wipe(slot_id);
     ++num_frees;
   }
   Status prepare(const HybridBatch& batch) override {
     // Every sequence's tokens must be reserved before the forward runs.
     for (const auto* seqs : {&batch.prefills, &batch.decodes})
       for (const BatchSequence& s : *seqs) {
-        EXPECT_GE(slot_blocks_.at(s.slot), 0) << "prepare of a free slot";
-        EXPECT_LE(s.context_len(), slot_blocks_[s.slot] * block_tokens_)
+        EXPECT_TRUE(slots_.at(s.slot).used) << "prepare of a free slot";
+        EXPECT_LE(s.context_len(), static_cast<int>(slots_[s.slot].blocks.size()) * block_tokens_)
             << "slot " << s.slot << " runs past its reservation";
       }
+    // What each prefill leaves in its slot once the step ran: cache_prompt
+    // may index no more than that, and only those very tokens.
+    if (memory_) {
+      for (const BatchSequence& s : batch.prefills) {
+        const std::vector<std::int32_t>& mem = memory_->tokens[s.slot];
+        std::vector<std::int32_t>& after = slots_[s.slot].step_tokens;
+        after.assign(mem.begin(), mem.begin() + std::min<std::size_t>(mem.size(), s.cached_len));
+        after.insert(after.end(), batch.token_ids.begin() + s.token_offset,
+                     batch.token_ids.begin() + s.token_offset + s.num_new);
+      }
+    }
     ++num_prepares;
     return {};
   }
-  double usage() const override { return double(used_blocks_) / num_blocks_; }
+  void cache_prompt(int slot_id, std::span<const std::int32_t> prompt, int computed) override {
+    ++num_cache_prompts;
+    EXPECT_TRUE(slots_.at(slot_id).used) << "cache_prompt of a free slot";
+    EXPECT_GE(computed, 0);
+    EXPECT_LE(computed, static_cast<int>(prompt.size()));
+    Slot& slot = slots_[slot_id];
+    if (memory_) {
+      EXPECT_LE(computed, static_cast<int>(slot.step_tokens.size()))
+          << "slot " << slot_id << ": the step does not compute that far";
+      EXPECT_TRUE(computed <= static_cast<int>(slot.step_tokens.size()) &&
+                  std::equal(prompt.begin(), prompt.begin() + computed, slot.step_tokens.begin()))
+          << "slot " << slot_id << ": the prompt reported is not what the slot computes";
+    }
+    if (!prefix_caching_) return;
+    const int full = std::min<int>(computed / block_tokens_, slot.blocks.size());
+    for (int k = 0; k < full; ++k) {
+      Block& b = blocks_[slot.blocks[k]];
+      if (b.indexed) continue;  // a hit, or indexed by an earlier step
+      const auto tokens = prompt.first(static_cast<std::size_t>(k + 1) * block_tokens_);
+      if (find(slot.salt, tokens) >= 0) continue;  // a twin is indexed: this copy stays private
+      b.indexed = true;
+      b.salt = slot.salt;
+      b.prefix.assign(tokens.begin(), tokens.end());
+    }
+  }
+  double usage() const override { return double(used_blocks()) / num_blocks_; }
 
-  int used_blocks() const { return used_blocks_; }
-  int slots_in_use() const {
+  // Blocks some slot holds (a shared block counts once).
+  int used_blocks() const {
     int n = 0;
-    for (int b : slot_blocks_) n += b >= 0;
+    for (const Block& b : blocks_) n += b.refs > 0;
     return n;
   }
+  int cached_blocks() const {
+    int n = 0;
+    for (const Block& b : blocks_) n += b.indexed;
+    return n;
+  }
+  int slots_in_use() const {
+    int n = 0;
+    for (const Slot& s : slots_) n += s.used;
+    return n;
+  }
+  // The pool is conserved, each block's holders are counted exactly, no
+  // slot holds a block twice, and no two indexed blocks are the same.
+  void check() const {
+    std::vector<int> holders(num_blocks_, 0);
+    for (const Slot& s : slots_) {
+      EXPECT_TRUE(s.used || s.blocks.empty());
+      for (int b : s.blocks) ++holders[b];
+      for (std::size_t i = 0; i < s.blocks.size(); ++i)
+        for (std::size_t j = i + 1; j < s.blocks.size(); ++j)
+          EXPECT_NE(s.blocks[i], s.blocks[j]) << "a slot holds a block twice";
+    }
+    int evictable = 0;
+    for (int b = 0; b < num_blocks_; ++b) {
+      EXPECT_EQ(blocks_[b].refs, holders[b]) << "block " << b;
+      evictable += blocks_[b].refs == 0 && blocks_[b].indexed;
+      const bool is_free = std::find(free_.begin(), free_.end(), b) != free_.end();
+      EXPECT_EQ(is_free, blocks_[b].refs == 0 && !blocks_[b].indexed) << "block " << b;
+      for (int c = b + 1; c < num_blocks_; ++c)
+        EXPECT_FALSE(blocks_[b].indexed && blocks_[c].indexed &&
+                     blocks_[b].salt == blocks_[c].salt && blocks_[b].prefix == blocks_[c].prefix)
+            << "blocks " << b << " and " << c << " are indexed twice";
+    }
+    EXPECT_EQ(evictable, num_evictable_);
+  }
+
   int num_allocations = 0;
   int num_frees = 0;
   int num_prepares = 0;
+  int num_cache_prompts = 0;
+  long hit_tokens = 0;  // cached tokens handed out by allocate()
+  int num_evictions = 0;
 
  private:
+  struct Block {
+    int refs = 0;  // slots holding it
+    bool indexed = false;
+    std::uint64_t salt = 0;
+    std::vector<std::int32_t> prefix;  // indexed: every token up to the block's end
+    std::uint64_t released_at = 0;     // unreferenced and indexed: LRU order
+  };
+  struct Slot {
+    bool used = false;
+    std::uint64_t salt = 0;
+    std::vector<int> blocks;                // [position / block_tokens]
+    std::vector<std::int32_t> step_tokens;  // what the prepared step leaves in it
+  };
+
   int blocks_for(int tokens) const { return (tokens + block_tokens_ - 1) / block_tokens_; }
   int free_slot() const {
-    for (std::size_t i = 0; i < slot_blocks_.size(); ++i)
-      if (slot_blocks_[i] < 0) return static_cast<int>(i);
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      if (!slots_[i].used) return static_cast<int>(i);
     return -1;
+  }
+  int available() const { return static_cast<int>(free_.size()) + num_evictable_; }
+  // The indexed block holding exactly `tokens` (its prefix) under `salt`, or -1.
+  int find(std::uint64_t salt, std::span<const std::int32_t> tokens) const {
+    for (int b = 0; b < num_blocks_; ++b) {
+      const Block& block = blocks_[b];
+      if (block.indexed && block.salt == salt && block.prefix.size() == tokens.size() &&
+          std::equal(tokens.begin(), tokens.end(), block.prefix.begin()))
+        return b;
+    }
+    return -1;
+  }
+  // The leading indexed blocks of the query into hits_, leaving at least the
+  // last of `num_tokens` uncached; returns how many.
+  int match(int num_tokens, const kvcache::PrefixQuery& q) const {
+    hits_.clear();
+    if (!prefix_caching_) return 0;
+    const int max_blocks =
+        std::min<int>((num_tokens - 1) / block_tokens_, q.tokens.size() / block_tokens_);
+    for (int k = 0; k < max_blocks; ++k) {
+      const int b = find(q.salt, q.tokens.first(static_cast<std::size_t>(k + 1) * block_tokens_));
+      if (b < 0) break;
+      hits_.push_back(b);
+    }
+    return static_cast<int>(hits_.size());
+  }
+  // A block for one slot: a free one, else the least recently released
+  // cached one (evicted from the index).
+  int take_block() {
+    int b = -1;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      for (int c = 0; c < num_blocks_; ++c)
+        if (blocks_[c].refs == 0 && blocks_[c].indexed &&
+            (b < 0 || blocks_[c].released_at < blocks_[b].released_at))
+          b = c;
+      EXPECT_GE(b, 0) << "no block left: admission or growth promised too much";
+      if (b < 0) return 0;
+      blocks_[b].indexed = false;
+      blocks_[b].prefix.clear();
+      --num_evictable_;
+      ++num_evictions;
+    }
+    blocks_[b].refs = 1;
+    return b;
+  }
+  void release_block(int b) {
+    Block& block = blocks_[b];
+    EXPECT_GT(block.refs, 0);
+    if (--block.refs > 0) return;
+    if (block.indexed) {
+      block.released_at = ++clock_;
+      ++num_evictable_;
+    } else {
+      free_.push_back(b);
+    }
   }
 
   int num_blocks_;
   int block_tokens_;
   int max_tokens_per_slot_;
-  std::vector<int> slot_blocks_;  // blocks reserved per slot; -1 = free
-  int used_blocks_ = 0;
+  int max_blocks_per_slot_;
+  bool prefix_caching_;
+  std::vector<Block> blocks_;
+  std::vector<Slot> slots_;
+  std::vector<int> free_;  // unreferenced, not indexed (a stack)
+  int num_evictable_ = 0;  // unreferenced, indexed
+  std::uint64_t clock_ = 0;
+  mutable std::vector<int> hits_;  // match()'s result
   SlotMemory* memory_;
 };
 

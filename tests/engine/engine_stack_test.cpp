@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,27 @@ TEST_F(EngineStackTest, WithoutATokenizerStreamsIdsOnlyAndShowsTheLogits) {
   ASSERT_EQ(num_rows, 12);  // one sampled row per generated token
   for (int i = 0; i < num_rows; ++i) num_argmax_equal += argmax[i] == tokens[i];
   EXPECT_EQ(num_argmax_equal, 12);  // greedy picks each row's largest logit
+}
+
+// The prefix cache's model salt names the config's bytes and the KV dtype.
+TEST(ModelPrefixSalt, NamesTheConfigAndTheKvDtype) {
+  const fs::path root =
+      fs::temp_directory_path() / ("vpod_prefix_salt_" + std::to_string(::getpid()));
+  const auto write = [&](const std::string& name, const std::string& config) {
+    fs::create_directories(root / name);
+    std::ofstream(root / name / "config.json") << config;
+    return root / name;
+  };
+  const fs::path a = write("a", R"({"hidden_size": 64})");
+  const fs::path a_copy = write("a_copy", R"({"hidden_size": 64})");
+  const fs::path b = write("b", R"({"hidden_size": 65})");
+  const std::uint64_t salt = *model_prefix_salt(a, DType::bf16);
+  EXPECT_EQ(*model_prefix_salt(a_copy, DType::bf16), salt);
+  EXPECT_NE(*model_prefix_salt(b, DType::bf16), salt);
+  EXPECT_NE(*model_prefix_salt(a, DType::f16), salt);
+  EXPECT_EQ(model_prefix_salt(root / "missing", DType::bf16).status().code(),
+            StatusCode::not_found);
+  fs::remove_all(root);
 }
 
 TEST(StackFlags, NamesParseBack) {

@@ -97,8 +97,8 @@ std::string mode_name(LoopMode m) {
 // A cache, a model and a decoder, wired like production.
 struct Rig {
   Rig(int num_slots, int num_blocks, int block_tokens, int max_seqs, int budget,
-      int max_tokens_per_slot = 2048, LoopMode mode = {})
-      : kv(num_slots, num_blocks, block_tokens, max_tokens_per_slot, &memory),
+      int max_tokens_per_slot = 2048, LoopMode mode = {}, bool prefix_caching = false)
+      : kv(num_slots, num_blocks, block_tokens, max_tokens_per_slot, &memory, prefix_caching),
         model(&memory, kVocab),
         decoders(word_pieces(kVocab)) {
     if (mode.worker) worker = std::make_unique<AsyncExecutor>(model);
@@ -423,6 +423,36 @@ TEST(Engine, SteadyStateStepsDoNotAllocate) {
     RequestOutput out;
     ASSERT_TRUE(streams[0]->try_pop(out));
     EXPECT_EQ(out.token_ids.size(), mode.async ? 22u : 23u);  // pipelined: one in flight
+  }
+}
+
+// With prefix caching, the steps that admit requests onto cached blocks,
+// run their prefill chunks from the first uncached token, report computed
+// prompts to the cache and finish requests allocate nothing either (the
+// requests' own state is allocated at submission and taken in by the first
+// step, outside the count).
+TEST(Engine, StepsWithPrefixCacheHitsDoNotAllocate) {
+  for (const LoopMode mode : kLoopModes) {
+    SCOPED_TRACE(mode_name(mode));
+    Rig rig(16, 256, 16, /*max_seqs=*/4, /*budget=*/64, 1024, mode, /*prefix_caching=*/true);
+    std::mt19937 rng(8);
+    const std::vector<std::int32_t> system = random_prompt(rng, 100);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 12; ++i) {
+      std::vector<std::int32_t> prompt = system;
+      for (std::int32_t t : random_prompt(rng, 1 + i)) prompt.push_back(t);
+      RequestSpec spec = greedy(prompt, 6 + i);
+      spec.stop.ignore_eos = true;
+      streams.push_back(*rig.engine->submit(spec));
+    }
+    rig.engine->step();  // takes the requests in; admits the first four
+    num_allocations = 0;
+    count_allocations = true;
+    ASSERT_TRUE(rig.run());
+    count_allocations = false;
+    EXPECT_EQ(num_allocations, 0) << "allocations in the steps of 12 requests sharing a prefix";
+    EXPECT_GE(rig.kv.hit_tokens, 8 * 96) << "the later requests were meant to hit the prefix";
+    EXPECT_GT(rig.kv.num_cache_prompts, 12);
   }
 }
 

@@ -29,6 +29,7 @@ struct SimConfig {
   int num_blocks = 1024;
   int block_tokens = 16;
   int max_tokens_per_slot = 4096;
+  bool prefix_caching = false;  // the FakeKvCache's own prefix cache
 };
 
 // Drives a Scheduler step by step; requests finish after max_tokens tokens.
@@ -36,7 +37,8 @@ class Sim {
  public:
   explicit Sim(const SimConfig& c)
       : config(c),
-        kv(c.num_slots, c.num_blocks, c.block_tokens, c.max_tokens_per_slot, &memory),
+        kv(c.num_slots, c.num_blocks, c.block_tokens, c.max_tokens_per_slot, &memory,
+           c.prefix_caching),
         model(&memory, kVocab),
         scheduler(c.scheduler, kv),
         sampled(c.scheduler.max_num_seqs) {}
@@ -52,6 +54,23 @@ class Sim {
     r->token_ids.reserve(r->max_total_tokens);
     for (int i = 0; i < prompt_len; ++i)
       r->token_ids.push_back(static_cast<std::int32_t>((r->arrival_seq * 7919 + i) % kVocab));
+    scheduler.add(r.get());
+    requests.push_back(std::move(r));
+    return requests.back().get();
+  }
+  // A request with the given prompt (and cache salt).
+  Request* add_prompt(const std::vector<std::int32_t>& prompt, int max_tokens,
+                      std::uint64_t salt = 0) {
+    auto r = std::make_unique<Request>();
+    r->id = next_seq + 1;
+    r->arrival_seq = next_seq++;
+    r->sampling.temperature = 0.0f;
+    r->stop.max_tokens = max_tokens;
+    r->num_prompt_tokens = static_cast<int>(prompt.size());
+    r->max_total_tokens = r->num_prompt_tokens + max_tokens;
+    r->token_ids.reserve(r->max_total_tokens);
+    r->token_ids = prompt;
+    r->cache_salt = salt;
     scheduler.add(r.get());
     requests.push_back(std::move(r));
     return requests.back().get();
@@ -104,7 +123,7 @@ class Sim {
       const Request* head = first_waiting();
       if (head && s.num_preempted == 0 &&
           scheduler.num_running() < static_cast<std::size_t>(config.scheduler.max_num_seqs)) {
-        EXPECT_FALSE(kv.can_allocate(head->num_tokens(), {}))
+        EXPECT_FALSE(kv.can_allocate(head->num_tokens(), {head->token_ids, head->cache_salt}))
             << "budget left and request " << head->id << " could have been admitted";
       }
     }
@@ -120,9 +139,16 @@ class Sim {
       first = false;
     }
     for (Request* r : s.admitted) admission_order.push_back(r->arrival_seq);
+    // Every prefill chunk computes something (a fully cached request still
+    // computes its last token).
+    for (const BatchSequence& p : b.prefills) EXPECT_GE(p.num_new, 1);
+    hit_tokens += s.prefix_cache_hits;
+    query_tokens += s.prefix_cache_queries;
 
     if (s.empty()) return 0;
     EXPECT_TRUE(kv.prepare(b).ok());
+    scheduler.cache_prompts(s);  // as the engine does once the step is launched
+    if (config.prefix_caching) kv.check();
     const std::span<SampledToken> out(sampled.data(), s.samples.size());
     EXPECT_TRUE(model.forward(b, s.samples, out).ok());
     scheduler.commit(s, out);
@@ -165,6 +191,7 @@ class Sim {
   std::uint64_t next_seq = 0;
   int num_steps = 0;
   int preemptions = 0;
+  long hit_tokens = 0, query_tokens = 0;  // the steps' prefix-cache counts
   std::vector<std::uint64_t> admission_order;
   std::map<RequestId, int> finish_step;
 };
@@ -475,6 +502,181 @@ TEST(Scheduler, WithoutPreemptionEveryTokenIsComputedExactlyOnce) {
   ASSERT_TRUE(sim.run());
   EXPECT_EQ(sim.preemptions, 0);
   EXPECT_EQ(sim.model.tokens_computed, expected);
+}
+
+// ---------------------------------------------------------------------------
+// Prefix caching, with the FakeKvCache's own prefix cache (16-token blocks).
+// ---------------------------------------------------------------------------
+
+std::vector<std::int32_t> tokens(int n, std::int32_t first) {
+  std::vector<std::int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (first + 37 * i) % kVocab;
+  return t;
+}
+
+std::vector<std::int32_t> generated(const Request& r) {
+  return {r.token_ids.begin() + r.num_prompt_tokens, r.token_ids.end()};
+}
+
+SimConfig caching_config() {
+  SimConfig c;
+  c.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 64};
+  c.num_slots = 8;
+  c.num_blocks = 256;
+  c.prefix_caching = true;
+  return c;
+}
+
+// The second request shares the first's leading 70 tokens: four whole
+// blocks (64 tokens) are cached, so its prefill starts at token 64 and the
+// model computes only the rest, with the output of a run without caching.
+TEST(SchedulerPrefix, APrefillStartsAtTheFirstUncachedToken) {
+  Sim sim(caching_config());
+  const std::vector<std::int32_t> a_prompt = tokens(100, 1);
+  Request* a = sim.add_prompt(a_prompt, 4);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(a->num_cached_tokens, 0);
+  EXPECT_EQ(sim.hit_tokens, 0);
+  EXPECT_EQ(sim.kv.cached_blocks(), 6);  // the prompt's full blocks, kept after it finished
+
+  std::vector<std::int32_t> b_prompt(a_prompt.begin(), a_prompt.begin() + 70);
+  for (std::int32_t t : tokens(30, 500)) b_prompt.push_back(t);
+  const long computed_before = sim.model.tokens_computed;
+  Request* b = sim.add_prompt(b_prompt, 5);
+  const ScheduledStep& s = sim.scheduler.schedule(Clock::now());
+  ASSERT_EQ(s.prefill_requests.size(), 1u);
+  EXPECT_EQ(s.batch.prefills[0].cached_len, 64);
+  EXPECT_EQ(s.batch.prefills[0].num_new, 36);
+  EXPECT_EQ(s.prefix_cache_queries, 100);
+  EXPECT_EQ(s.prefix_cache_hits, 64);
+  EXPECT_EQ(b->num_cached_tokens, 64);
+  ASSERT_TRUE(sim.kv.prepare(s.batch).ok());
+  std::vector<SampledToken> out(s.samples.size());
+  ASSERT_TRUE(sim.model.forward(s.batch, s.samples, out).ok());
+  sim.scheduler.commit(s, out);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(sim.model.tokens_computed - computed_before, (100 - 64) + (5 - 1));
+  EXPECT_EQ(generated(*b), run_alone(*b));
+  EXPECT_EQ(generated(*a), run_alone(*a));
+}
+
+// A prompt entirely in the cache still computes its last block (the store
+// keeps the last token uncached, so the logits are computed); one token
+// longer than the cached blocks computes just that token.
+TEST(SchedulerPrefix, AFullyCachedPromptStillComputesItsLastToken) {
+  Sim sim(caching_config());
+  const std::vector<std::int32_t> prompt = tokens(96, 3);
+  Request* a = sim.add_prompt(prompt, 6);
+  ASSERT_TRUE(sim.run());
+  long before = sim.model.tokens_computed;
+  Request* b = sim.add_prompt(prompt, 6);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(b->num_cached_tokens, 80);
+  EXPECT_EQ(sim.model.tokens_computed - before, 16 + 5);
+  EXPECT_EQ(generated(*b), generated(*a));
+
+  std::vector<std::int32_t> longer = prompt;
+  longer.push_back(7);
+  before = sim.model.tokens_computed;
+  Request* c = sim.add_prompt(longer, 6);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(c->num_cached_tokens, 96);
+  EXPECT_EQ(sim.model.tokens_computed - before, 1 + 5);
+  EXPECT_EQ(generated(*c), run_alone(*c));
+}
+
+// Requests share cached blocks only under equal salts.
+TEST(SchedulerPrefix, SaltsIsolateTenants) {
+  Sim sim(caching_config());
+  const std::vector<std::int32_t> prompt = tokens(90, 11);
+  Request* a = sim.add_prompt(prompt, 3, /*salt=*/1);
+  ASSERT_TRUE(sim.run());
+  Request* other_salt = sim.add_prompt(prompt, 3, /*salt=*/2);
+  Request* no_salt = sim.add_prompt(prompt, 3, /*salt=*/0);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(other_salt->num_cached_tokens, 0);
+  EXPECT_EQ(no_salt->num_cached_tokens, 0);
+  Request* same_salt = sim.add_prompt(prompt, 3, /*salt=*/1);
+  Request* again_none = sim.add_prompt(prompt, 3, /*salt=*/0);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(same_salt->num_cached_tokens, 80);
+  EXPECT_EQ(again_none->num_cached_tokens, 80);  // no_salt's blocks
+  for (Request* r : {other_salt, no_salt, same_salt, again_none})
+    EXPECT_EQ(generated(*r), generated(*a));
+}
+
+// A block is shared as soon as the step computing it is launched: the
+// second request, admitted while the first is still prefilling, gets the
+// blocks of the first's earlier chunk (not those of the chunk it runs with).
+TEST(SchedulerPrefix, ARunningPromptsComputedBlocksAreSharedAtOnce) {
+  SimConfig c = caching_config();
+  c.scheduler.max_num_batched_tokens = 128;
+  Sim sim(c);
+  const std::vector<std::int32_t> prompt = tokens(150, 5);
+  Request* a = sim.add_prompt(prompt, 8);
+  sim.step();  // a: tokens [0, 128)
+  EXPECT_EQ(a->num_computed, 128);
+  std::vector<std::int32_t> b_prompt = prompt;
+  for (std::int32_t t : tokens(50, 900)) b_prompt.push_back(t);
+  Request* b = sim.add_prompt(b_prompt, 8);
+  sim.step();  // a: [128, 150) and its first token; b admitted with what a computed
+  EXPECT_EQ(b->num_cached_tokens, 128);
+  // a's 10 blocks and b's 13, of which 8 are a's: each counted once.
+  EXPECT_EQ(sim.kv.used_blocks(), 10 + 13 - 8);
+  ASSERT_TRUE(sim.run());
+  EXPECT_EQ(generated(*a), run_alone(*a));
+  EXPECT_EQ(generated(*b), run_alone(*b));
+}
+
+// A random workload of requests that share a few system prompts (or repeat
+// earlier prompts outright), under two salts, through a cache small enough
+// to preempt and to evict cached blocks: every invariant of the cache holds
+// after every step (FakeKvCache::check in Sim::step), prefills start past
+// their hits, and the outputs equal those of runs without caching.
+TEST(SchedulerPrefix, RandomSharedPrefixWorkloadMatchesRunsWithoutCaching) {
+  SimConfig c;
+  c.scheduler = {.max_num_seqs = 16, .max_num_batched_tokens = 128};
+  c.num_slots = 24;
+  c.num_blocks = 72;  // 1,152 tokens
+  c.max_tokens_per_slot = 512;
+  c.prefix_caching = true;
+  Sim sim(c);
+  std::mt19937 rng(2024);
+  std::vector<std::vector<std::int32_t>> systems;
+  for (int i = 0; i < 4; ++i)
+    systems.push_back(tokens(16 + static_cast<int>(rng() % 180), 1 + 100 * i));
+  std::vector<std::vector<std::int32_t>> prompts;
+  const int kRequests = 300;
+  int submitted = 0;
+  while ((submitted < kRequests || !sim.done()) && sim.num_steps < 100000) {
+    for (int k = static_cast<int>(rng() % 4); k > 0 && submitted < kRequests; --k, ++submitted) {
+      std::vector<std::int32_t> p;
+      if (!prompts.empty() && rng() % 5 == 0) {
+        p = prompts[rng() % prompts.size()];  // a repeated prompt
+      } else {
+        p = systems[rng() % systems.size()];
+        const int unique = static_cast<int>(rng() % 100);
+        for (int t = 0; t < unique; ++t) p.push_back(static_cast<std::int32_t>(rng() % kVocab));
+      }
+      prompts.push_back(p);
+      sim.add_prompt(p, 1 + static_cast<int>(rng() % 40), /*salt=*/rng() % 2);
+    }
+    sim.step();
+    if (::testing::Test::HasFailure()) break;
+  }
+  ASSERT_TRUE(sim.done());
+  EXPECT_GT(sim.preemptions, 0) << "the workload was meant to preempt";
+  EXPECT_GT(sim.kv.num_evictions, 0) << "the workload was meant to evict cached blocks";
+  EXPECT_GT(sim.hit_tokens, sim.query_tokens / 5) << "the workload was meant to share";
+  EXPECT_EQ(sim.hit_tokens, sim.kv.hit_tokens);
+  EXPECT_EQ(sim.kv.used_blocks(), 0);
+  EXPECT_EQ(sim.kv.slots_in_use(), 0);
+  for (int i = 0; i < kRequests; i += 7) {
+    const Request& r = *sim.requests[i];
+    EXPECT_EQ(generated(r), run_alone(r))
+        << "request " << r.id << " (cached " << r.num_cached_tokens << ", preempted "
+        << r.num_preemptions << " times)";
+  }
 }
 
 }  // namespace

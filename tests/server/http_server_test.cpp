@@ -232,8 +232,75 @@ TEST(HttpServer, CompletionNonStreamed) {
   EXPECT_EQ(body["model"], "scripted");
   EXPECT_EQ(body["choices"][0]["text"], expected_text("hello", 42, 7));
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(body["usage"],
-            json({{"prompt_tokens", 6}, {"completion_tokens", 7}, {"total_tokens", 13}}));
+  EXPECT_EQ(body["usage"], json({{"prompt_tokens", 6},
+                                 {"completion_tokens", 7},
+                                 {"total_tokens", 13},
+                                 {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+}
+
+// cache_salt reaches the engine and the engine's cached-token count reaches
+// usage (the scripted backend "caches" whole 4-token blocks of earlier
+// prompts under the same salt), in completions and chat, streamed or not.
+TEST(HttpServer, CacheSaltAndCachedTokensInUsage) {
+  Harness h;
+  h.attach();
+  auto c = h.client();
+  const std::string prompt = "a long shared prompt";  // BOS + 20 bytes = 21 tokens
+  const auto cached = [&](json body) {
+    auto r = post(c, "/v1/completions", body);
+    EXPECT_TRUE(r);
+    if (!r) return -1;
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  const json base = {{"prompt", prompt}, {"max_tokens", 3}};
+  EXPECT_EQ(cached(base), 0);
+  EXPECT_EQ(cached(base), 20);  // all but the last token, in whole blocks
+  json salted = base;
+  salted["cache_salt"] = "tenant-1";
+  EXPECT_EQ(cached(salted), 0);  // another tenant's cache
+  EXPECT_EQ(cached(salted), 20);
+  json other = base;
+  other["prompt"] = "a long other prompt";
+  EXPECT_EQ(cached(other), 8);  // "<s>a long " shares 8 tokens (two blocks)
+
+  // Streamed: the usage chunk carries it.
+  json streamed = base;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  auto s = post(c, "/v1/completions", streamed);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  const std::vector<std::string> payloads = sse_payloads(s->body);
+  ASSERT_GE(payloads.size(), 2u);
+  const json usage = json::parse(payloads[payloads.size() - 2]);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 20);
+
+  // Chat, with its salt.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hello there"}}}},
+                     {"max_tokens", 2},
+                     {"cache_salt", "tenant-2"}};
+  auto first = post(c, "/v1/chat/completions", chat);
+  auto second = post(c, "/v1/chat/completions", chat);
+  ASSERT_TRUE(first && second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(json::parse(first->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(json::parse(second->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  // A bad salt is a 400 naming the field, on both endpoints.
+  for (const json& bad : {json(""), json(3), json::array()}) {
+    json b1 = base;
+    b1["cache_salt"] = bad;
+    auto r1 = post(c, "/v1/completions", b1);
+    json b2 = chat;
+    b2["cache_salt"] = bad;
+    auto r2 = post(c, "/v1/chat/completions", b2);
+    ASSERT_TRUE(r1 && r2);
+    for (const auto* r : {&r1, &r2}) {
+      EXPECT_EQ((*r)->status, 400) << (*r)->body;
+      EXPECT_EQ(json::parse((*r)->body)["error"]["param"], "cache_salt") << (*r)->body;
+    }
+  }
 }
 
 TEST(HttpServer, CompletionSeedsAndNChoices) {

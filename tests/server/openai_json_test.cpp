@@ -126,8 +126,10 @@ TEST(ResponseBuilder, CompletionNonStreamedTwoChoices) {
   EXPECT_EQ(r["choices"][1]["text"], "A");
   EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
   EXPECT_TRUE(r["choices"][1]["stop_reason"].is_null());
-  EXPECT_EQ(r["usage"],
-            json({{"prompt_tokens", 3}, {"completion_tokens", 4}, {"total_tokens", 7}}));
+  EXPECT_EQ(r["usage"], json({{"prompt_tokens", 3},
+                              {"completion_tokens", 4},
+                              {"total_tokens", 7},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
@@ -157,9 +159,43 @@ TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
   EXPECT_EQ(final_chunk["choices"][0]["finish_reason"], "stop");
   const json usage = json::parse(payloads[3]);
   EXPECT_EQ(usage["choices"], json::array());
-  EXPECT_EQ(usage["usage"],
-            json({{"prompt_tokens", 4}, {"completion_tokens", 3}, {"total_tokens", 7}}));
+  EXPECT_EQ(usage["usage"], json({{"prompt_tokens", 4},
+                                  {"completion_tokens", 3},
+                                  {"total_tokens", 7},
+                                  {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_EQ(payloads[4], "[DONE]");
+}
+
+// usage.prompt_tokens_details.cached_tokens: the engine's count for each
+// prompt, taken once per prompt (from its first choice, as prompt_tokens
+// counts the prompt once), in the body and in the streamed usage chunk.
+TEST(ResponseBuilder, UsageReportsCachedPromptTokens) {
+  const auto cached = [](engine::RequestOutput d, int n) {
+    d.num_cached_tokens = n;
+    return d;
+  };
+  ResponseOptions o = options(Endpoint::completions, false);
+  o.n = 2;
+  ResponseBuilder b(o, token_bytes, {{1, 2, 3}, {4, 5, 6}});
+  add(b, 0, finish(cached(delta({7}, "a", 1), 2), FinishReason::length));
+  add(b, 1, finish(cached(delta({7}, "a", 1), 1), FinishReason::length));
+  add(b, 2, finish(cached(delta({8}, "b", 1), 1), FinishReason::length));
+  add(b, 3, finish(cached(delta({8}, "b", 1), 2), FinishReason::length));
+  ASSERT_TRUE(b.all_finished());
+  EXPECT_EQ(b.cached_tokens(), 3);
+  const json r = b.response();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 6);
+  EXPECT_EQ(r["usage"]["prompt_tokens_details"], json({{"cached_tokens", 3}}));
+
+  ResponseOptions so = options(Endpoint::chat, true);
+  so.include_usage = true;
+  ResponseBuilder sb(so, token_bytes, {{1, 2, 3, 4}});
+  add(sb, 0, cached(delta({5}, "x", 1), 2));
+  add(sb, 0, finish(cached(delta({}, "", 1), 2), FinishReason::stop));
+  const std::vector<std::string> payloads = sse_payloads(sb.stream_tail());
+  ASSERT_EQ(payloads.size(), 2u);
+  EXPECT_EQ(json::parse(payloads[0])["usage"]["prompt_tokens_details"],
+            json({{"cached_tokens", 2}}));
 }
 
 TEST(ResponseBuilder, ChatStreamWithoutTextStillSendsRole) {

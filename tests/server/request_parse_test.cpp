@@ -395,6 +395,32 @@ TEST(ChatParse, Errors) {
   EXPECT_TRUE(chat({{"messages", {user}}, {"frobnicate", {1, 2, 3}}}).ok());
 }
 
+// vLLM's cache_salt: a non-empty string; null or absent means none.
+TEST(CacheSaltParse, BothEndpoints) {
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  auto c = completion({{"prompt", "x"}, {"cache_salt", "tenant-7"}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->cache_salt, "tenant-7");
+  auto h = chat({{"messages", {user}}, {"cache_salt", "tenant-8"}});
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->cache_salt, "tenant-8");
+  auto absent = completion({{"prompt", "x"}});
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(absent->cache_salt, "");
+  auto null_salt = completion({{"prompt", "x"}, {"cache_salt", nullptr}});
+  ASSERT_TRUE(null_salt.ok());
+  EXPECT_EQ(null_salt->cache_salt, "");
+  for (const json& bad : {json(""), json(5), json(true), json::array({"a"}), json::object()}) {
+    SCOPED_TRACE(bad.dump());
+    expect_bad(completion({{"prompt", "x"}, {"cache_salt", bad}}), "cache_salt");
+    expect_bad(chat({{"messages", {user}}, {"cache_salt", bad}}), "cache_salt");
+  }
+  auto empty = completion({{"prompt", "x"}, {"cache_salt", ""}});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("non-empty string"), std::string::npos)
+      << empty.error().message;
+}
+
 TEST(TokenizeParse, PromptAndMessages) {
   auto p = parse_tokenize_request(R"({"prompt": "hello"})", limits());
   ASSERT_TRUE(p.ok());

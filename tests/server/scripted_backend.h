@@ -5,11 +5,16 @@
 // of (prompt, seed, position), so tests predict outputs exactly. The real
 // engine is exercised by the end-to-end suite (tests/e2e).
 //
+// Prefix caching, as a store would report it: a prompt's cached tokens are
+// its longest common prefix with an earlier prompt of the same cache_salt,
+// in whole 4-token blocks, always short of the whole prompt.
+//
 // Vocabulary: 0 <pad>, 1 <s> (BOS), 2 </s> (EOS), 3 + b for byte b.
 // Prompts containing "FAIL" fail; prompts containing "EOS" stop with EOS
 // after 3 tokens.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -19,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/metrics.h"
@@ -129,6 +135,8 @@ class ScriptedBackend : public ServingBackend {
     if (seq->spec.sampling.greedy()) seq->seed = 0;  // greedy ignores seeds
     {
       std::lock_guard lock(mutex_);
+      seq->cached = cached_tokens(seq->spec);
+      seen_.emplace_back(seq->spec.cache_salt, seq->spec.prompt_token_ids);
       active_.push_back(seq);
       metrics_.prompt_tokens += seq->spec.prompt_token_ids.size();
       update_gauges();
@@ -142,10 +150,13 @@ class ScriptedBackend : public ServingBackend {
  private:
   static constexpr double kCapacityTokens = 1 << 20;
 
+  static constexpr int kCacheBlock = 4;
+
   struct Sequence {
     engine::RequestSpec spec;
     std::shared_ptr<engine::RequestStream> stream;
     std::uint64_t seed = 0;
+    int cached = 0;  // prompt tokens "found in the prefix cache"
     int generated = 0;
     std::string text;      // generated so far (before stop handling)
     std::size_t sent = 0;  // text already released
@@ -167,12 +178,27 @@ class ScriptedBackend : public ServingBackend {
     ScriptedBackend* backend_;
   };
 
+  // Caller holds mutex_.
+  int cached_tokens(const engine::RequestSpec& spec) const {
+    const std::vector<std::int32_t>& p = spec.prompt_token_ids;
+    std::size_t best = 0;
+    for (const auto& [salt, seen] : seen_) {
+      if (salt != spec.cache_salt) continue;
+      std::size_t n = 0;
+      while (n < p.size() && n < seen.size() && p[n] == seen[n]) ++n;
+      best = std::max(best, n);
+    }
+    best = std::min(best, p.size() - 1);
+    return static_cast<int>(best / kCacheBlock * kCacheBlock);
+  }
+
   // One step for one sequence; true when it finished. Caller holds mutex_.
   bool step_one(Sequence& seq) {
     const engine::SamplingParams& s = seq.spec.sampling;
     const engine::StopParams& stop = seq.spec.stop;
     engine::RequestOutput d;
     d.num_prompt_tokens = static_cast<int>(seq.spec.prompt_token_ids.size());
+    d.num_cached_tokens = seq.cached;
     const auto end = [&](engine::FinishReason reason) {
       d.finished = true;
       d.finish_reason = reason;
@@ -281,6 +307,8 @@ class ScriptedBackend : public ServingBackend {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::list<std::shared_ptr<Sequence>> active_;
+  // Every prompt submitted, with its cache_salt: the "prefix cache".
+  std::vector<std::pair<std::string, std::vector<std::int32_t>>> seen_;
   bool stop_ = false;
   std::thread engine_;
 };

@@ -23,6 +23,30 @@ TEST(StatsLine, ReportsRatesOverTheInterval) {
             "Running: 7 reqs, Waiting: 2 reqs, KV cache usage: 12.5%");
 }
 
+// vLLM's "Prefix cache hit rate": hits over queries of the interval's
+// admissions (of the whole run when the interval admitted nothing); no
+// field while nothing was ever looked up (prefix caching off).
+TEST(StatsLine, PrefixCacheHitRate) {
+  engine::MetricsSnapshot before;
+  before.num_requests_running = 1;
+  before.prefix_cache_queries = 1000;
+  before.prefix_cache_hits = 100;
+  engine::MetricsSnapshot now = before;
+  now.prefix_cache_queries = 1400;
+  now.prefix_cache_hits = 400;
+  auto line = stats_line(before, now, 10.0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->ends_with("KV cache usage: 0.0%, Prefix cache hit rate: 75.0%")) << *line;
+  line = stats_line(now, now, 10.0);  // nothing admitted: the run's rate
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->ends_with(", Prefix cache hit rate: 28.6%")) << *line;
+  engine::MetricsSnapshot off;
+  off.num_requests_running = 1;
+  line = stats_line(off, off, 10.0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(line->find("Prefix cache"), std::string::npos) << *line;
+}
+
 TEST(StatsLine, SilentWhileIdleButNotWhileRequestsWait) {
   engine::MetricsSnapshot idle;
   idle.prompt_tokens = 10;
