@@ -244,6 +244,7 @@ void run(const Args& a) {
   };
   row("Model:", model_name);
   row("Mode (kv-cache+attention):", mode);
+  row("Prefix caching:", options.prefix_caching ? "on" : "off");
   row("Requests:", std::to_string(n));
   row("Prompt / output tokens:", fmt::format("{} / {}", prompt_tokens, output_tokens));
   row("Makespan (s):", fmt::format("{:.3f}", makespan_s));
@@ -283,6 +284,7 @@ void run(const Args& a) {
     j["kv_cache"] = kv_cache;
     j["kv_layout"] = std::string(kvcache::kv_layout_name(options.kv_layout));
     j["attention"] = attention;
+    j["prefix_caching"] = options.prefix_caching;
     j["backend"] = stack.summary();
     j["trace"] = a.trace.empty() ? json(nullptr) : json(a.trace);
     j["num_requests"] = n;
