@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -19,10 +20,12 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/stack_flags.h"
 #include "common/log.h"
+#include "model/model_config.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
 
@@ -133,8 +136,46 @@ bool looks_like_hub_id(const std::string& text) {
   return part_ok(view.substr(0, slash)) && part_ok(view.substr(slash + 1));
 }
 
+// The Hugging Face cache's snapshot of `id` ("org/name"), as the hub
+// library lays it out: $HF_HUB_CACHE, else $HF_HOME/hub, else
+// ~/.cache/huggingface/hub; models--org--name/snapshots/<the revision
+// refs/main names, or the only snapshot>. `looked` gets the folder searched.
+std::optional<std::filesystem::path> cached_snapshot(const std::string& id, std::string* looked) {
+  namespace fs = std::filesystem;
+  fs::path hub;
+  if (const char* cache = std::getenv("HF_HUB_CACHE"); cache != nullptr && *cache != '\0') {
+    hub = cache;
+  } else if (const char* home = std::getenv("HF_HOME"); home != nullptr && *home != '\0') {
+    hub = fs::path(home) / "hub";
+  } else if (const char* user = std::getenv("HOME"); user != nullptr) {
+    hub = fs::path(user) / ".cache" / "huggingface" / "hub";
+  }
+  std::string folder = "models--" + id;
+  folder.replace(folder.find('/'), 1, "--");
+  const fs::path repo = hub / folder;
+  *looked = repo.string();
+  std::error_code ec;
+  std::string revision;
+  if (auto ref = model::read_text_file(repo / "refs" / "main"); ref.ok()) {
+    revision = *ref;
+    while (!revision.empty() && std::isspace(static_cast<unsigned char>(revision.back()))) {
+      revision.pop_back();
+    }
+  }
+  if (!revision.empty() && fs::is_directory(repo / "snapshots" / revision, ec)) {
+    return repo / "snapshots" / revision;
+  }
+  std::vector<fs::path> snapshots;
+  for (const auto& entry : fs::directory_iterator(repo / "snapshots", ec)) {
+    if (entry.is_directory(ec)) snapshots.push_back(entry.path());
+  }
+  if (snapshots.size() == 1) return snapshots.front();
+  return std::nullopt;
+}
+
 // The model folder from `vpod serve MODEL` or --model (one of them, or both
-// the same); a Hugging Face id that is no folder here gets how to fetch it.
+// the same). A Hugging Face id that is no folder here is looked up in the
+// local Hugging Face cache; not found there, the error says how to fetch it.
 std::string model_folder(const ServeArgs& a) {
   if (!a.model_positional.empty() && !a.model.empty() && a.model_positional != a.model) {
     fail(fmt::format("the model is given twice and differently ('{}' and --model '{}'): give it "
@@ -146,12 +187,18 @@ std::string model_folder(const ServeArgs& a) {
   if (model.empty()) fail("give a model folder: vpod serve MODEL_DIR (or --model MODEL_DIR)", 2);
   std::error_code ec;
   if (!std::filesystem::exists(model, ec) && looks_like_hub_id(model)) {
+    std::string looked;
+    if (auto snapshot = cached_snapshot(model, &looked)) {
+      VPOD_LOG_INFO("{}: the Hugging Face cache's snapshot {}", model, snapshot->string());
+      return snapshot->string();
+    }
     const std::string name = model.substr(model.find('/') + 1);
-    fail(fmt::format("'{}' is not a folder here. vpod reads local model folders only and "
-                     "downloads nothing; if this is a Hugging Face model id, fetch it first:\n"
+    fail(fmt::format("'{}' is not a folder here, nor in the Hugging Face cache ({}). vpod "
+                     "reads local model folders only and downloads nothing; if this is a "
+                     "Hugging Face model id, fetch it first:\n"
                      "  huggingface-cli download {} --local-dir models/{}\n"
                      "then run: vpod serve models/{}",
-                     model, model, name, name),
+                     model, looked, model, name, name),
          2);
   }
   return model;
@@ -159,8 +206,11 @@ std::string model_folder(const ServeArgs& a) {
 
 void run(ServeArgs& a) {
   SignalWatcher::block_in_all_threads();
+  const std::string given = a.model.empty() ? a.model_positional : a.model;
   a.model = model_folder(a);
   a.engine.stack.model_dir = a.model;
+  // Clients name the model as it was given (a Hugging Face id stays one).
+  if (a.engine.served_model_names.empty()) a.engine.served_model_names.push_back(given);
   const auto size_flag = [](const char* flag, const std::string& text) {
     const auto bytes = parse_size(text);
     if (!bytes) fail(fmt::format("{}: not a size: {}", flag, text), 2);

@@ -5,6 +5,7 @@ weight-loading progress in the log, and stream_options.continuous_usage_stats
 through the official openai client."""
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -18,9 +19,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "tokenizer.model", "chat_template.jinja")
 
 
-def serve_fails(*args):
-    """Runs `vpod serve ARGS` that must fail before loading; (code, stderr)."""
-    p = subprocess.run([VPOD_BIN, "serve", *args], capture_output=True, text=True, timeout=60)
+def serve_fails(*args, env=None):
+    """Runs `vpod serve ARGS` that must fail; (code, stderr)."""
+    p = subprocess.run([VPOD_BIN, "serve", *args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
     return p.returncode, p.stderr
 
 
@@ -76,12 +78,33 @@ def test_no_model_is_an_error():
     assert "vpod serve MODEL_DIR" in err
 
 
-def test_a_hugging_face_id_gets_how_to_download_it():
-    code, err = serve_fails("meta-llama/Llama-3.2-1B-Instruct", "--device", "cpu")
+def test_a_hugging_face_id_gets_how_to_download_it(tmp_path):
+    hub = tmp_path / "hub"
+    code, err = serve_fails("meta-llama/Llama-3.2-1B-Instruct", "--device", "cpu",
+                            env={"HF_HUB_CACHE": str(hub)})
     assert code == 2, err
     assert "local model folders only" in err
+    assert str(hub / "models--meta-llama--Llama-3.2-1B-Instruct") in err  # where it looked
     assert ("huggingface-cli download meta-llama/Llama-3.2-1B-Instruct --local-dir "
             "models/Llama-3.2-1B-Instruct") in err
+
+
+def test_a_hugging_face_id_is_found_in_the_local_cache(model_dir, tmp_path):
+    """The hub library's layout: models--ORG--NAME/snapshots/REV, refs/main."""
+    repo = tmp_path / "hf" / "hub" / "models--some-org--tiny"
+    shutil.copytree(model_dir, repo / "snapshots" / "0123abcd")
+    (repo / "snapshots" / "older").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    s = Server(model_dir, tmp_path / "serve.log", model_args=["some-org/tiny"],
+               env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": ""})
+    try:
+        c = client_of(s)
+        assert [m.id for m in c.models.list().data] == ["some-org/tiny"]
+        assert c.completions.create(model="some-org/tiny", prompt="Hi", max_tokens=2).choices
+    finally:
+        assert s.stop() == 0, s.log()
+    assert "0123abcd" in s.log()
 
 
 def test_log_level_after_serve(model_dir, tmp_path):
