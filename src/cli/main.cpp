@@ -16,10 +16,14 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  // --log-level after the subcommand (`vpod serve --log-level debug ...`, as
+  // vLLM takes it) wins over one before it.
+  std::string subcommand_log_level;
   app.require_subcommand(1);
   app.parse_complete_callback([&] {
-    if (!vpod::configure_logging(log_level)) {
-      throw CLI::ValidationError("--log-level", "unknown level '" + log_level + "'");
+    const std::string& level = subcommand_log_level.empty() ? log_level : subcommand_log_level;
+    if (!vpod::configure_logging(level)) {
+      throw CLI::ValidationError("--log-level", "unknown level '" + level + "'");
     }
   });
 
@@ -29,6 +33,9 @@ int main(int argc, char** argv) {
   vpod::cli::add_make_model_command(app);
   vpod::cli::add_generate_command(app);
   vpod::cli::add_serve_command(app);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    sub->add_option("--log-level", subcommand_log_level, "trace, debug, info, warn, error or off");
+  }
 
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stdout);

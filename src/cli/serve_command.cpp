@@ -1,4 +1,4 @@
-// `vpod serve --model DIR`: the OpenAI-compatible HTTP server (src/server)
+// `vpod serve MODEL_DIR` (or --model DIR): the OpenAI-compatible HTTP server (src/server)
 // over the engine. The listener comes up first (GET /health answers 503
 // while the model loads), then the model, the KV cache and the engine.
 // SIGINT/SIGTERM stop it gracefully: new requests get 503, in-flight ones may
@@ -8,18 +8,24 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/stack_flags.h"
 #include "common/log.h"
+#include "model/model_config.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
 
@@ -29,7 +35,8 @@ namespace {
 struct ServeArgs {
   server::EngineBackendOptions engine;
   server::ServerConfig http;
-  std::string model;
+  std::string model;             // --model
+  std::string model_positional;  // vpod serve MODEL (as `vllm serve MODEL`)
   std::string max_request_body = "32MiB";
   std::string max_header_bytes = "32KiB";
   std::string max_stream_buffer = "4MiB";
@@ -111,9 +118,99 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// "org/name" (a Hugging Face id's shape): two parts of letters, digits, '-',
+// '_' and '.', neither starting with '.'.
+bool looks_like_hub_id(const std::string& text) {
+  const auto slash = text.find('/');
+  if (slash == std::string::npos || text.find('/', slash + 1) != std::string::npos) return false;
+  const auto part_ok = [](std::string_view part) {
+    if (part.empty() || part.front() == '.') return false;
+    for (char c : part) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const std::string_view view(text);
+  return part_ok(view.substr(0, slash)) && part_ok(view.substr(slash + 1));
+}
+
+// The Hugging Face cache's snapshot of `id` ("org/name"), as the hub
+// library lays it out: $HF_HUB_CACHE, else $HF_HOME/hub, else
+// ~/.cache/huggingface/hub; models--org--name/snapshots/<the revision
+// refs/main names, or the only snapshot>. `looked` gets the folder searched.
+std::optional<std::filesystem::path> cached_snapshot(const std::string& id, std::string* looked) {
+  namespace fs = std::filesystem;
+  fs::path hub;
+  if (const char* cache = std::getenv("HF_HUB_CACHE"); cache != nullptr && *cache != '\0') {
+    hub = cache;
+  } else if (const char* home = std::getenv("HF_HOME"); home != nullptr && *home != '\0') {
+    hub = fs::path(home) / "hub";
+  } else if (const char* user = std::getenv("HOME"); user != nullptr) {
+    hub = fs::path(user) / ".cache" / "huggingface" / "hub";
+  }
+  std::string folder = "models--" + id;
+  folder.replace(folder.find('/'), 1, "--");
+  const fs::path repo = hub / folder;
+  *looked = repo.string();
+  std::error_code ec;
+  std::string revision;
+  if (auto ref = model::read_text_file(repo / "refs" / "main"); ref.ok()) {
+    revision = *ref;
+    while (!revision.empty() && std::isspace(static_cast<unsigned char>(revision.back()))) {
+      revision.pop_back();
+    }
+  }
+  if (!revision.empty() && fs::is_directory(repo / "snapshots" / revision, ec)) {
+    return repo / "snapshots" / revision;
+  }
+  std::vector<fs::path> snapshots;
+  for (const auto& entry : fs::directory_iterator(repo / "snapshots", ec)) {
+    if (entry.is_directory(ec)) snapshots.push_back(entry.path());
+  }
+  if (snapshots.size() == 1) return snapshots.front();
+  return std::nullopt;
+}
+
+// The model folder from `vpod serve MODEL` or --model (one of them, or both
+// the same). A Hugging Face id that is no folder here is looked up in the
+// local Hugging Face cache; not found there, the error says how to fetch it.
+std::string model_folder(const ServeArgs& a) {
+  if (!a.model_positional.empty() && !a.model.empty() && a.model_positional != a.model) {
+    fail(fmt::format("the model is given twice and differently ('{}' and --model '{}'): give it "
+                     "once",
+                     a.model_positional, a.model),
+         2);
+  }
+  const std::string model = a.model.empty() ? a.model_positional : a.model;
+  if (model.empty()) fail("give a model folder: vpod serve MODEL_DIR (or --model MODEL_DIR)", 2);
+  std::error_code ec;
+  if (!std::filesystem::exists(model, ec) && looks_like_hub_id(model)) {
+    std::string looked;
+    if (auto snapshot = cached_snapshot(model, &looked)) {
+      VPOD_LOG_INFO("{}: the Hugging Face cache's snapshot {}", model, snapshot->string());
+      return snapshot->string();
+    }
+    const std::string name = model.substr(model.find('/') + 1);
+    fail(fmt::format("'{}' is not a folder here, nor in the Hugging Face cache ({}). vpod "
+                     "reads local model folders only and downloads nothing; if this is a "
+                     "Hugging Face model id, fetch it first:\n"
+                     "  huggingface-cli download {} --local-dir models/{}\n"
+                     "then run: vpod serve models/{}",
+                     model, looked, model, name, name),
+         2);
+  }
+  return model;
+}
+
 void run(ServeArgs& a) {
   SignalWatcher::block_in_all_threads();
+  const std::string given = a.model.empty() ? a.model_positional : a.model;
+  a.model = model_folder(a);
   a.engine.stack.model_dir = a.model;
+  // Clients name the model as it was given (a Hugging Face id stays one).
+  if (a.engine.served_model_names.empty()) a.engine.served_model_names.push_back(given);
   const auto size_flag = [](const char* flag, const std::string& text) {
     const auto bytes = parse_size(text);
     if (!bytes) fail(fmt::format("{}: not a size: {}", flag, text), 2);
@@ -193,9 +290,25 @@ void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   server::EngineBackendOptions& e = a->engine;
   server::ServerConfig& h = a->http;
-  cmd->add_option("--model", a->model, "Hugging Face model folder")->required();
-  cmd->add_option("--served-model-name", e.served_model_name,
-                  "Name clients use in 'model' (default: the --model value)");
+  cmd->add_option("model", a->model_positional,
+                  "Hugging Face model folder (local; or give --model)");
+  cmd->add_option("--model", a->model, "Hugging Face model folder (local)");
+  cmd->add_option("--served-model-name", e.served_model_names,
+                  "Names clients may use in 'model'; the first is reported (default: the model "
+                  "folder as given)")
+      ->expected(1, -1);
+  cmd->add_option("--tokenizer", e.tokenizer_dir,
+                  "Folder with the tokenizer files and chat template (default: the model's)");
+  cmd->add_option("--chat-template", e.chat_template,
+                  "Chat template: a file, or the Jinja template itself (default: the "
+                  "tokenizer's)");
+  cmd->add_option("--generation-config", e.generation_config,
+                  "Default sampling parameters: auto (the model's generation_config.json), "
+                  "vllm (none: the engine's), or a folder holding generation_config.json")
+      ->capture_default_str();
+  cmd->add_option("--max-logprobs", e.max_logprobs,
+                  "Most logprobs / top_logprobs a request may ask for (400 above)")
+      ->capture_default_str();
   cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", h.port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", h.api_key,

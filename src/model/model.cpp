@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -70,14 +71,27 @@ Status validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& config,
   return {};
 }
 
-// A progress bar on stderr while uploading weights, only on a terminal.
+// Weight-upload progress: a bar on stderr on a terminal; otherwise a log
+// line per tenth of the bytes (with the elapsed time), so a service log shows
+// the load moving.
 class Progress {
  public:
-  explicit Progress(std::uint64_t total) : total_(total), enabled_(::isatty(2) != 0) {}
+  explicit Progress(std::uint64_t total)
+      : total_(total), enabled_(::isatty(2) != 0), start_(std::chrono::steady_clock::now()) {}
   void add(std::uint64_t bytes) {
     done_ += bytes;
-    if (!enabled_ || total_ == 0) return;
+    if (total_ == 0) return;
     const int percent = static_cast<int>(100 * done_ / total_);
+    if (!enabled_) {
+      constexpr int kLogStepPercent = 10;
+      if (percent / kLogStepPercent == last_ / kLogStepPercent) return;
+      last_ = percent;
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      VPOD_LOG_INFO("loading weights: {}% ({:.2f} of {:.2f} GB, {:.1f} s)", percent,
+                    static_cast<double>(done_) / 1e9, static_cast<double>(total_) / 1e9, seconds);
+      return;
+    }
     if (percent == last_) return;
     last_ = percent;
     constexpr int kWidth = 40;
@@ -92,8 +106,9 @@ class Progress {
  private:
   std::uint64_t total_;
   std::uint64_t done_ = 0;
-  int last_ = -1;
+  int last_ = 0;  // percent last shown (the 0% line is not)
   bool enabled_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace

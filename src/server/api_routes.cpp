@@ -43,6 +43,8 @@ RequestLimits limits_for(const ModelCard& card) {
   RequestLimits limits;
   limits.max_model_len = card.max_model_len;
   limits.vocab_size = card.vocab_size;
+  limits.max_logprobs = card.max_logprobs;
+  limits.sampling_defaults = card.sampling_defaults;
   return limits;
 }
 
@@ -71,6 +73,7 @@ ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output)
   options.n = output.n;
   options.stream = output.stream;
   options.include_usage = output.include_usage;
+  options.continuous_usage = output.continuous_usage;
   options.return_token_ids = output.return_token_ids;
   return options;
 }
@@ -227,7 +230,7 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
   auto parsed = parse_completion_request(body, limits_for(card));
   if (!parsed.ok()) return error_outcome(parsed.error());
   CompletionRequest& r = parsed.value();
-  if (!r.model.empty() && r.model != card.id) return error_outcome(model_not_found(r.model));
+  if (!r.model.empty() && !card.serves(r.model)) return error_outcome(model_not_found(r.model));
 
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<std::string> echo_texts;
@@ -264,7 +267,7 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   auto parsed = parse_chat_request(body, limits_for(card));
   if (!parsed.ok()) return error_outcome(parsed.error());
   ChatRequest& r = parsed.value();
-  if (!r.model.empty() && r.model != card.id) return error_outcome(model_not_found(r.model));
+  if (!r.model.empty() && !card.serves(r.model)) return error_outcome(model_not_found(r.model));
 
   auto text = backend.apply_chat_template(r.messages, r.chat_template);
   if (!text.ok()) return error_outcome(from_status(text.status(), "messages"));
@@ -295,7 +298,7 @@ Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) cons
   auto parsed = parse_tokenize_request(body, limits_for(card));
   if (!parsed.ok()) return error_reply(parsed.error());
   const TokenizeRequest& r = parsed.value();
-  if (!r.model.empty() && r.model != card.id) return error_reply(model_not_found(r.model));
+  if (!r.model.empty() && !card.serves(r.model)) return error_reply(model_not_found(r.model));
   std::string text = r.prompt;
   if (r.is_chat) {
     auto rendered = backend.apply_chat_template(r.messages, r.chat_template);
@@ -320,7 +323,7 @@ Reply ApiRoutes::detokenize(const std::string& body, ServingBackend& backend) co
   auto parsed = parse_detokenize_request(body, limits_for(card));
   if (!parsed.ok()) return error_reply(parsed.error());
   const DetokenizeRequest& r = parsed.value();
-  if (!r.model.empty() && r.model != card.id) return error_reply(model_not_found(r.model));
+  if (!r.model.empty() && !card.serves(r.model)) return error_reply(model_not_found(r.model));
   auto text = backend.detokenize(r.tokens, /*skip_special_tokens=*/false);
   if (!text.ok()) return error_reply(from_status(text.status(), "tokens"));
   return json_reply(200, {{"prompt", text.value()}});

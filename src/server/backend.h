@@ -14,6 +14,7 @@
 // callback runs on the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,11 +34,23 @@ namespace vpod::server {
 
 // GET /v1/models and the limits validation checks against.
 struct ModelCard {
-  std::string id;            // the served model name (`model` in requests must match it)
+  std::string id;            // the served model name, reported in responses
   std::string root;          // the model folder
   std::int64_t created = 0;  // unix seconds the server started
   int max_model_len = 0;     // prompt + generated tokens per request
   int vocab_size = 0;        // token ids must lie in [0, vocab_size)
+  // More names `model` in a request may give (--served-model-name A B: "B").
+  std::vector<std::string> aliases;
+  int max_logprobs = 20;  // --max-logprobs: most top logprobs a request may ask for
+  // What a request that sets no temperature, top_p, top_k, min_p or
+  // repetition_penalty gets (--generation-config: the engine's defaults, or
+  // the model's generation_config.json over them).
+  engine::SamplingParams sampling_defaults;
+
+  // Whether `name` (a request's `model`) is one of this model's names.
+  bool serves(std::string_view name) const {
+    return name == id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();
+  }
 };
 
 struct ChatTemplateOptions {

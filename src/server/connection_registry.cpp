@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "server/http_session.h"
+#include "server/metrics.h"
 
 namespace vpod::server {
 
@@ -16,6 +17,7 @@ bool ConnectionRegistry::add(const std::shared_ptr<HttpSession>& session, Entry&
     std::lock_guard lock(mutex_);
     if (!make_room(evicted)) return false;
     entry = slots_.insert(slots_.end(), Slot{session, false});
+    publish();
   }
   if (evicted) evicted->post_close();
   return true;
@@ -35,6 +37,7 @@ bool ConnectionRegistry::make_room(std::shared_ptr<HttpSession>& evicted) {
     }
     if (victim == slots_.end()) return false;
     victim->idle = false;  // not chosen twice
+    --num_idle_;
     evicted = victim->session.lock();
     slots_.splice(slots_.end(), slots_, victim);
   }
@@ -43,13 +46,29 @@ bool ConnectionRegistry::make_room(std::shared_ptr<HttpSession>& evicted) {
 
 void ConnectionRegistry::remove(Entry entry) {
   std::lock_guard lock(mutex_);
+  if (entry->idle) --num_idle_;
   slots_.erase(entry);
+  publish();
 }
 
 void ConnectionRegistry::set_idle(Entry entry, bool idle) {
   std::lock_guard lock(mutex_);
-  entry->idle = idle;
+  if (entry->idle != idle) {
+    entry->idle = idle;
+    if (idle) {
+      ++num_idle_;
+    } else {
+      --num_idle_;
+    }
+  }
   if (idle) slots_.splice(slots_.end(), slots_, entry);
+  publish();
+}
+
+void ConnectionRegistry::publish() {
+  if (metrics_ == nullptr) return;
+  metrics_->num_http_connections = static_cast<int>(slots_.size());
+  metrics_->num_http_connections_idle = static_cast<int>(num_idle_);
 }
 
 std::size_t ConnectionRegistry::size() const {

@@ -15,6 +15,7 @@
 namespace vpod::server {
 
 class HttpSession;
+class ServerMetrics;
 
 class ConnectionRegistry {
  public:
@@ -24,7 +25,9 @@ class ConnectionRegistry {
   };
   using Entry = std::list<Slot>::iterator;
 
-  explicit ConnectionRegistry(std::size_t max_connections) : max_(max_connections) {}
+  // `metrics` (may be null) gets the open and idle counts.
+  ConnectionRegistry(std::size_t max_connections, ServerMetrics* metrics)
+      : max_(max_connections), metrics_(metrics) {}
 
   // Registers a new connection when there is room, making room by closing
   // the connection idle the longest when the limit is reached; false when
@@ -42,9 +45,13 @@ class ConnectionRegistry {
   // Under mutex_: true when there is room, closing the longest-idle session
   // (returned in `evicted`, to be closed outside the lock) if needed.
   bool make_room(std::shared_ptr<HttpSession>& evicted);
+  // Under mutex_: publishes the counts to metrics_.
+  void publish();
 
   mutable std::mutex mutex_;
   std::size_t max_;
+  ServerMetrics* metrics_;
+  std::size_t num_idle_ = 0;
   // A session moves to the back when it becomes idle, so the first idle one
   // from the front is the one idle longest.
   std::list<Slot> slots_;

@@ -3,8 +3,11 @@
 
 #include <ctime>
 
+#include "common/log.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "model/model_config.h"
+#include "server/serving_overrides.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +26,25 @@ class EngineStream final : public GenerationStream {
   std::shared_ptr<engine::RequestStream> stream_;
 };
 
+// The tokenizer folder's chat template, or --chat-template's over its
+// tokenizer_config.json (which still gives the special tokens).
+Result<tokenizer::ChatTemplate> load_chat_template(const std::filesystem::path& tokenizer_dir,
+                                                   const EngineBackendOptions& o) {
+  if (o.chat_template.empty()) return tokenizer::ChatTemplate::load(tokenizer_dir);
+  VPOD_ASSIGN_OR_RETURN(std::string text, resolve_chat_template(o.chat_template));
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  const auto config_path = tokenizer_dir / "tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    VPOD_ASSIGN_OR_RETURN(std::string config_text, model::read_text_file(config_path));
+    config = nlohmann::ordered_json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) return data_loss(config_path.string() + ": not a JSON object");
+  }
+  config["chat_template"] = std::move(text);
+  auto tmpl = tokenizer::ChatTemplate::from_config(config);
+  if (!tmpl.ok()) return tmpl.status().with_context("--chat-template");
+  return tmpl;
+}
+
 }  // namespace
 
 // What HTTP adds to the engine stack. The stack is declared last, so it (and
@@ -39,17 +61,36 @@ struct EngineBackend::Stack {
 Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOptions& o) {
   auto s = std::make_unique<Stack>();
   const std::filesystem::path& dir = o.stack.model_dir;
-  // The chat template first: a folder without a usable one fails before the
-  // model loads.
-  VPOD_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl, tokenizer::ChatTemplate::load(dir));
+  const std::filesystem::path& tokenizer_dir = o.tokenizer_dir.empty() ? dir : o.tokenizer_dir;
+  if (o.max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
+  // The chat template and the sampling defaults first: a bad flag or folder
+  // fails before the model loads.
+  VPOD_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl, load_chat_template(tokenizer_dir, o));
   s->chat_template = std::make_unique<tokenizer::ChatTemplate>(std::move(tmpl));
   s->template_budget = std::make_unique<tokenizer::jinja::RenderBudget>(o.template_memory_bytes);
+  std::string taken;
+  VPOD_ASSIGN_OR_RETURN(s->card.sampling_defaults,
+                        default_sampling_params(o.generation_config, dir, &taken));
+  if (!taken.empty()) {
+    VPOD_LOG_INFO("default sampling parameters from generation_config.json: {}", taken);
+  }
   engine::StackOptions stack_options = o.stack;
   stack_options.load_tokenizer = true;
+  if (!o.tokenizer_dir.empty()) {
+    VPOD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
+                          tokenizer::Tokenizer::from_file(o.tokenizer_dir));
+    stack_options.tokenizer = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
+  }
   VPOD_ASSIGN_OR_RETURN(s->engine, engine::EngineStack::build(stack_options));
   s->tokenizer = s->engine->tokenizer();
 
-  s->card.id = o.served_model_name.empty() ? dir.string() : o.served_model_name;
+  if (o.served_model_names.empty()) {
+    s->card.id = dir.string();
+  } else {
+    s->card.id = o.served_model_names.front();
+    s->card.aliases.assign(o.served_model_names.begin() + 1, o.served_model_names.end());
+  }
+  s->card.max_logprobs = o.max_logprobs;
   s->card.root = dir.string();
   s->card.created = static_cast<std::int64_t>(std::time(nullptr));
   s->card.max_model_len = s->engine->max_model_len();

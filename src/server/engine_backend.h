@@ -8,8 +8,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine_stack.h"
 #include "server/backend.h"
@@ -18,7 +20,17 @@ namespace vpod::server {
 
 struct EngineBackendOptions {
   engine::StackOptions stack;
-  std::string served_model_name;  // "": the --model value as given (vLLM's default)
+  // Every name clients may give in `model`; the first is reported. Empty:
+  // the --model value as given (vLLM's default).
+  std::vector<std::string> served_model_names;
+  // --tokenizer: the tokenizer files (and chat template) from another folder.
+  std::filesystem::path tokenizer_dir;  // empty: the model folder
+  // --chat-template: a file or an inline template (resolve_chat_template);
+  // empty: the tokenizer folder's.
+  std::string chat_template;
+  // --generation-config: auto | vllm | a folder (default_sampling_params).
+  std::string generation_config = "auto";
+  int max_logprobs = 20;  // --max-logprobs
   // Memory all concurrent chat-template renders may use together (each
   // render also has its own limit).
   std::size_t template_memory_bytes = std::size_t{1} << 30;

@@ -54,7 +54,8 @@ class HttpServer::Impl {
         workers(static_cast<std::size_t>(config.http_workers > 0
                                              ? config.http_workers
                                              : std::max(2u, std::thread::hardware_concurrency()))),
-        registry(static_cast<std::size_t>(std::max(1, config.limits.max_connections))),
+        registry(static_cast<std::size_t>(std::max(1, config.limits.max_connections)),
+                 &api.metrics),
         routes(api) {
     api.api_key = config.api_key;
     io.emplace();

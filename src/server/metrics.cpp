@@ -22,6 +22,13 @@ std::string ServerMetrics::render() const {
                  "vpod_num_http_requests_in_flight {}\n",
                  num_http_in_flight.load());
   fmt::format_to(it,
+                 "# HELP vpod_http_connections Open HTTP connections (those being closed "
+                 "included).\n# TYPE vpod_http_connections gauge\nvpod_http_connections {}\n"
+                 "# HELP vpod_http_connections_idle Kept-alive HTTP connections waiting for a "
+                 "request (closed first for room at --max-connections).\n"
+                 "# TYPE vpod_http_connections_idle gauge\nvpod_http_connections_idle {}\n",
+                 num_http_connections.load(), num_http_connections_idle.load());
+  fmt::format_to(it,
                  "# HELP vpod_http_responses_total HTTP responses by status code.\n"
                  "# TYPE vpod_http_responses_total counter\n");
   std::lock_guard lock(mutex_);

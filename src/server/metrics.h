@@ -18,6 +18,11 @@ class ServerMetrics {
  public:
   // HTTP requests being served right now (streams included).
   std::atomic<int> num_http_in_flight{0};
+  // Open connections (those being closed included) and, of them, the
+  // kept-alive ones waiting for their next request; kept by the
+  // ConnectionRegistry.
+  std::atomic<int> num_http_connections{0};
+  std::atomic<int> num_http_connections_idle{0};
 
   void count_http_response(int status);
   // The HTTP layer's metrics alone.

@@ -50,15 +50,21 @@ std::string dump_json(const json& value) {
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
 
 json models_response(const ModelCard& card) {
-  json model = {{"id", card.id},
-                {"object", "model"},
-                {"created", card.created},
-                {"owned_by", "vpod"},
-                {"root", card.root},
-                {"parent", nullptr},
-                {"max_model_len", card.max_model_len},
-                {"permission", json::array()}};
-  return {{"object", "list"}, {"data", json::array({model})}};
+  // One entry per served name, the reported one first (as vLLM lists them).
+  json data = json::array();
+  const auto entry = [&](const std::string& name) {
+    data.push_back({{"id", name},
+                    {"object", "model"},
+                    {"created", card.created},
+                    {"owned_by", "vpod"},
+                    {"root", card.root},
+                    {"parent", nullptr},
+                    {"max_model_len", card.max_model_len},
+                    {"permission", json::array()}});
+  };
+  entry(card.id);
+  for (const std::string& alias : card.aliases) entry(alias);
+  return {{"object", "list"}, {"data", std::move(data)}};
 }
 
 ResponseBuilder::ResponseBuilder(ResponseOptions options, TokenBytesFn token_bytes,
@@ -101,6 +107,13 @@ json ResponseBuilder::usage() const {
           {"completion_tokens", completion},
           {"total_tokens", prompt_tokens_ + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens()}}}};
+}
+
+json ResponseBuilder::choice_usage(const Choice& choice) const {
+  const int prompt = static_cast<int>(prompts_[choice.prompt_index].size());
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", choice.num_generated},
+          {"total_tokens", prompt + choice.num_generated}};
 }
 
 json ResponseBuilder::chunk_header() const {
@@ -241,6 +254,7 @@ std::string ResponseBuilder::stream_content(int index, Choice& choice,
   if (options_.return_token_ids) c["token_ids"] = delta.token_ids;
   choice.started = true;
   chunk["choices"] = json::array({std::move(c)});
+  if (options_.continuous_usage) chunk["usage"] = choice_usage(choice);
   return sse_event(chunk);
 }
 
@@ -257,6 +271,7 @@ std::string ResponseBuilder::stream_final(int index, const Choice& choice) const
   c["finish_reason"] = finish_reason_json(choice.finish_reason);
   c["stop_reason"] = choice.stop_reason;
   chunk["choices"] = json::array({std::move(c)});
+  if (options_.continuous_usage) chunk["usage"] = choice_usage(choice);
   return sse_event(chunk);
 }
 

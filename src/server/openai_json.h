@@ -5,7 +5,8 @@
 //   content chunks (chat: the first carries role "assistant" with the first text)
 //   -> a final chunk with an empty delta and finish_reason
 //   then, once every choice is done: a usage chunk with empty choices (when
-//   stream_options.include_usage) -> "data: [DONE]".
+//   stream_options.include_usage) -> "data: [DONE]". With
+//   continuous_usage_stats, every chunk before it also carries `usage`.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ struct ResponseOptions {
   int n = 1;  // choices per prompt; choice index = prompt index * n + i
   bool stream = false;
   bool include_usage = false;
+  // Every content and final chunk carries `usage`: its choice's prompt
+  // tokens and the tokens generated so far (vLLM's continuous_usage_stats).
+  bool continuous_usage = false;
   bool return_token_ids = false;
   bool logprobs = false;  // report logprobs (the engine was asked for them)
   // The request's stop_token_ids: a stop on one of them is reported as
@@ -92,6 +96,7 @@ class ResponseBuilder {
   std::string stream_content(int index, Choice& choice, engine::RequestOutput& delta);
   std::string stream_final(int index, const Choice& choice) const;
   nlohmann::json usage() const;
+  nlohmann::json choice_usage(const Choice& choice) const;
 
   ResponseOptions options_;
   TokenBytesFn token_bytes_;

@@ -188,7 +188,7 @@ std::string model_field(Fields& f) { return f.string("model").value_or(""); }
 // StopParams as default-constructed), the same defaults `vpod generate` uses.
 void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingParams& s,
                     engine::StopParams& stop_params) {
-  const engine::SamplingParams d;
+  const engine::SamplingParams& d = limits.sampling_defaults;
   s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(d.temperature));
   s.top_p =
       static_cast<float>(f.number("top_p", 0.0, 1.0, /*min_exclusive=*/true).value_or(d.top_p));
@@ -290,7 +290,8 @@ void parse_output(Fields& f, const RequestLimits& limits, OutputOptions& o) {
     } else {
       Fields of(*options);
       o.include_usage = of.boolean("include_usage", false);
-      of.boolean("continuous_usage_stats", false);
+      const bool continuous = of.boolean("continuous_usage_stats", false);
+      o.continuous_usage = o.include_usage && continuous;  // as vLLM ties them
       if (of.error()) f.fail(*of.error());
     }
   }

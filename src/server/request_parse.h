@@ -32,13 +32,18 @@ struct RequestLimits {
   // Nesting deeper than this is refused before it reaches the JSON parser
   // (a 1 MB body of '[' would otherwise recurse deep into the DOM).
   int max_json_depth = 64;
+  // Sampling fields a request leaves out take these values (ModelCard's).
+  engine::SamplingParams sampling_defaults;
 };
 
 // The fields shared by both endpoints (besides the prompt).
 struct OutputOptions {
   int n = 1;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
+  // stream_options.continuous_usage_stats (with include_usage, as in vLLM):
+  // every chunk carries its choice's usage so far.
+  bool continuous_usage = false;
   bool return_token_ids = false;  // vLLM: prompt_token_ids and per-choice token_ids
 };
 

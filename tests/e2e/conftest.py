@@ -33,12 +33,14 @@ STARTUP_TIMEOUT_S = 120
 class Server:
     """A `vpod serve` process; `url` once it printed its ready line."""
 
-    def __init__(self, model_dir, log_path, *extra_args, env=None):
+    def __init__(self, model_dir, log_path, *extra_args, env=None, model_args=None):
+        """`model_args` replaces `--model DIR --served-model-name tiny`."""
         self.log_path = log_path
+        if model_args is None:
+            model_args = ["--model", str(model_dir), "--served-model-name", MODEL_NAME]
         args = [
             VPOD_BIN, "--log-level", "info", "serve",
-            "--model", str(model_dir),
-            "--served-model-name", MODEL_NAME,
+            *model_args,
             "--device", "cpu",
             "--host", "127.0.0.1",
             "--port", "0",

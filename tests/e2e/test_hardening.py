@@ -8,6 +8,7 @@ import gzip
 import json
 import pathlib
 import resource
+import select
 import shutil
 import socket
 import subprocess
@@ -191,32 +192,38 @@ def test_f1_compressed_bodies_are_refused_not_inflated(hard):
     assert healthy(hard.url)
 
 
+# Answers that must come from the head alone are checked on a server whose
+# body timeout (600 s) is far longer than any wait here: a server that waited
+# for the body (which is never sent) could not answer at all, however fast or
+# slow the machine is.
+PATIENT = ("--header-timeout", "600", "--body-timeout", "600")
+
+
 def test_f1_no_key_no_body_read(new_server):
     """Without the API key the answer is 401 from the head alone: a client
     announcing a large body gets it without sending a byte of it."""
-    s = new_server("--api-key", "k")
-    c = connect(s.url)
+    s = new_server("--api-key", "k", *PATIENT)
+    c = connect(s.url, timeout=60)
     c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: 1000000\r\n\r\n")
-    start = time.monotonic()
-    (status, headers, body), = read_responses(c, 1, timeout=5)
+    (status, headers, body), = read_responses(c, 1, timeout=60)
     assert status == 401
     assert headers.get("connection") == "close"
     assert "date" in headers and headers["x-request-id"]
-    assert time.monotonic() - start < 1.0
     c.close()
     assert s.stop() == 0
 
 
-def test_f1_content_length_over_the_limit_is_413_at_once(hard):
-    c = connect(hard.url)
+def test_f1_content_length_over_the_limit_is_413_at_once(new_server):
+    # F6: from the head, not after a body timeout.
+    s = new_server(*PATIENT)
+    c = connect(s.url, timeout=60)
     c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % (64 << 20))
-    start = time.monotonic()
-    (status, headers, _), = read_responses(c, 1, timeout=5)
+    (status, headers, _), = read_responses(c, 1, timeout=60)
     assert status == 413 and headers.get("connection") == "close"
-    assert time.monotonic() - start < 1.0  # F6: not after 30-60 s
     c.close()
+    assert s.stop() == 0
 
 
 # ---- F2: connection exhaustion ----------------------------------------------
@@ -228,81 +235,184 @@ def raise_client_fd_limit(n):
     return want
 
 
-def canary_latencies(url, count):
-    out = []
-    with httpx.Client(timeout=5) as c:
+def canaries(url, count):
+    """`count` rounds of /health and /tokenize on one kept-alive client; each
+    must be answered (the 30 s client timeout only bounds a hang)."""
+    with httpx.Client(timeout=30) as c:
         for _ in range(count):
-            start = time.monotonic()
-            r = c.get(url + "/health")
-            assert r.status_code == 200
+            assert c.get(url + "/health").status_code == 200
             r = c.post(url + "/tokenize", content=TOKENIZE,
                        headers={"Content-Type": "application/json"})
             assert r.status_code == 200
-            out.append(time.monotonic() - start)
-            time.sleep(0.05)
-    return out
 
 
-def test_f2_1000_slow_connections_do_not_starve_canaries(hard):
+def open_slow_connections(url, count):
+    """`count` connections: even ones trickle a request head, odd ones sit idle."""
+    slow = []
+    for i in range(count):
+        s = connect(url)
+        if i % 2 == 0:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\n")
+        slow.append(s)
+    return slow
+
+
+def readable(socks):
+    """The descriptors of `socks` with something to read now (data or EOF)."""
+    poller = select.poll()
+    for s in socks:
+        poller.register(s, select.POLLIN)
+    return {fd for fd, _ in poller.poll(0)}
+
+
+def dropped(s):
+    """Whether the server closed `s` (it sends nothing else to these)."""
+    s.settimeout(0.01)
+    try:
+        return s.recv(1) == b""
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+
+
+def test_f2_1000_slow_connections_do_not_starve_canaries(new_server):
+    """Canaries are answered while the server still holds 1,000 slow
+    connections open. Its header timeout (600 s) is far beyond the canaries'
+    client timeout, so a server that served the slow ones first (one thread
+    per connection, a small pool) could not answer them in time: an order,
+    not a latency bound."""
     if raise_client_fd_limit(2200) < 2100:
         pytest.skip("the client cannot open 1,000 connections (open-files limit)")
-    slow = []
+    s = new_server("--header-timeout", "600", "--keep-alive-timeout", "600")
+    slow = open_slow_connections(s.url, 1000)
     try:
-        for i in range(1000):
-            s = connect(hard.url)
-            # Half of them trickle a request head, half sit idle.
-            if i % 2 == 0:
-                s.sendall(b"POST /v1/completions HTTP/1.1\r\n")
-            slow.append(s)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            for s in slow[::2]:
-                try:
-                    s.sendall(b"X-Slow: 1\r\n")
-                except OSError:
-                    pass
-            lat = canary_latencies(hard.url, 5)
-            assert max(lat) < 1.0, f"canary latencies {lat}"
-        # Slow heads are dropped at --header-timeout (3 s) from their first byte;
-        # idle connections too (a new connection must start within it).
-        def dropped(s):
-            s.settimeout(0.01)
-            try:
-                return s.recv(1) == b""
-            except socket.timeout:
-                return False
-            except OSError:
-                return True
-        assert wait_for(lambda: all(dropped(s) for s in slow[:50]), 10)
+        for _ in range(5):
+            for c in slow[::2]:
+                c.sendall(b"X-Slow: 1\r\n")
+            canaries(s.url, 2)
+        # Nothing to read on any of them: none was answered or closed.
+        assert not readable(slow), "slow connections were answered or closed early"
     finally:
-        for s in slow:
-            s.close()
+        for c in slow:
+            c.close()
+    assert healthy(s.url)
+    assert s.stop() == 0
+
+
+def test_f2_slow_connections_are_dropped_at_the_header_timeout(hard):
+    """Slow heads are dropped at --header-timeout (3 s) from their first byte;
+    idle connections too (a new connection must start within it)."""
+    if raise_client_fd_limit(2200) < 2100:
+        pytest.skip("the client cannot open 1,000 connections (open-files limit)")
+    slow = open_slow_connections(hard.url, 1000)
+    try:
+        for c in slow[::2]:
+            try:
+                c.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                pass
+        assert wait_for(lambda: all(dropped(c) for c in slow), 60)
+    finally:
+        for c in slow:
+            c.close()
     assert healthy(hard.url)
 
 
+def get_on(sock, path, headers=()):
+    """One request on a kept-alive raw connection; its (status, headers, body)."""
+    sock.sendall(request("GET", path, headers=headers))
+    return read_responses(sock, 1, timeout=30)[0]
+
+
+def connection_gauges(observer):
+    """(open, idle) connections as the server counts them, read over the
+    kept-alive `observer`, which is busy (not idle) while it reads them."""
+    status, _, body = get_on(observer, "/metrics")
+    assert status == 200
+    values = {}
+    for line in body.decode().splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("vpod_http_connections", "vpod_http_connections_idle"):
+            values[name] = int(float(value))
+    return values["vpod_http_connections"], values["vpod_http_connections_idle"]
+
+
+def hold_busy(sock):
+    """Starts a POST whose body is withheld and waits for the server's
+    100 Continue: from then on the server is reading this request's body, so
+    the connection is busy (never closed for room). The server's 503 instead
+    fails the test."""
+    sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % len(TOKENIZE))
+    sock.settimeout(30)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed while waiting for 100 Continue: {got[:200]!r}"
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 100 "), got[:300]
+
+
 def test_f2_max_connections_evicts_idle_then_refuses_with_503(new_server):
-    s = new_server("--max-connections", "20", "--keep-alive-timeout", "60")
-    clients = [httpx.Client(timeout=5) for _ in range(20)]
+    """Every step waits for the state the server reports (its connection
+    gauges, a 100 Continue), never for time: which connection is idle, and
+    since when, decides who is closed for room."""
+    s = new_server("--max-connections", "20", "--keep-alive-timeout", "600",
+                   "--header-timeout", "600", "--body-timeout", "600")
+    observer = connect(s.url, timeout=30)
+    kept = []
+    busy = []
     try:
-        for c in clients:  # 20 kept-alive, idle connections
-            assert c.get(s.url + "/health").status_code == 200
-        # A newcomer makes room by closing the longest-idle one.
-        assert httpx.get(s.url + "/health", timeout=5).status_code == 200
-        # 20 connections busy sending heads: nothing idle to close, so 503 at once.
-        busy = [connect(s.url) for _ in range(20)]
-        for b in busy:
-            b.sendall(b"GET /health HTTP/1.1\r\n")
-        time.sleep(0.3)
-        c = connect(s.url)
+        assert get_on(observer, "/health")[0] == 200
+        # 19 kept-alive connections, each idle (as the server reports) before
+        # the next opens, so they are idle in this order.
+        for i in range(19):
+            c = connect(s.url, timeout=30)
+            assert get_on(c, "/health")[0] == 200
+            kept.append(c)
+            assert wait_for(lambda: connection_gauges(observer) == (i + 2, i + 1), 30)
+        # Full (20 open). A newcomer makes room by closing the longest-idle one.
+        newcomer = connect(s.url, timeout=30)
+        status, headers, _ = get_on(newcomer, "/health", headers=["Connection: close"])
+        assert status == 200 and headers.get("connection") == "close"
+        newcomer.close()
+        kept[0].settimeout(30)
+        try:
+            assert kept[0].recv(1) == b"", "the longest-idle connection was not closed"
+        except ConnectionResetError:
+            pass
+        kept[0].close()
+        # Both gone from the server's count: 18 idle and the observer.
+        assert wait_for(lambda: connection_gauges(observer) == (19, 18), 30)
+        # 19 connections busy with a request each: the first takes the free
+        # room, each later one closes the longest-idle kept connection.
+        for _ in range(19):
+            b = connect(s.url, timeout=30)
+            hold_busy(b)
+            busy.append(b)
+        hold_busy(observer)
+        # 20 busy connections, none idle to close: a newcomer gets 503.
+        c = connect(s.url, timeout=30)
         c.sendall(request("GET", "/health"))
-        (status, _, body), = read_responses(c, 1, timeout=5)
+        (status, _, body), = read_responses(c, 1, timeout=30)
+        c.close()
         assert status == 503 and b"too many open connections" in body
-        for b in busy:
-            b.close()
+        # Every busy connection was kept: each finishes its request.
+        for b in busy + [observer]:
+            b.sendall(TOKENIZE)
+            (status, _, body), = read_responses(b, 1, timeout=30)
+            assert status == 200, body
+        for k in kept[1:]:  # all closed for room by the busy ones
+            k.settimeout(30)
+            try:
+                assert k.recv(1) == b""
+            except ConnectionResetError:
+                pass
     finally:
-        for c in clients:
-            c.close()
-    assert wait_for(lambda: httpx.get(s.url + "/health", timeout=5).status_code == 200, 10)
+        for sock in [observer, *kept, *busy]:
+            sock.close()
+    assert wait_for(lambda: httpx.get(s.url + "/health", timeout=30).status_code == 200, 30)
     assert s.stop() == 0
 
 
@@ -373,15 +483,14 @@ def test_f5_bytes_inside_a_body_are_never_a_request(hard):
         s = connect(hard.url)
         s.sendall(request("POST", "/tokenize", payload) + request("GET", "/health"))
         answers = read_responses(s, 2)
-        s.settimeout(0.5)
-        try:
-            extra = s.recv(65536)
-        except socket.timeout:
-            extra = b""
+        # A request that the body had smuggled in would be answered before
+        # this one: the next answer on the connection must be this /health.
+        s.sendall(request("GET", "/health"))
+        answers += read_responses(s, 1)
         s.close()
         assert answers[0][0] in (200, 400)
         assert answers[1][0] == 200 and answers[1][2] == b""  # /health, not /version
-        assert b"version" not in extra
+        assert answers[2][0] == 200 and answers[2][2] == b""
 
 
 # ---- F6: framing ------------------------------------------------------------
@@ -506,7 +615,7 @@ def test_access_log_line_per_request(hard):
     def logged():
         return [line for line in hard.log().splitlines() if "id=trace-42" in line]
 
-    assert wait_for(lambda: logged(), 5)
+    assert wait_for(lambda: logged(), 30)  # logged after the answer is written
     line = logged()[0]
     assert "POST /v1/completions HTTP/1.1 200" in line, line
     assert "completion_tokens=3" in line and "prompt_tokens=" in line, line

@@ -217,6 +217,80 @@ TEST(HttpServer, ModelsList) {
   EXPECT_TRUE(m["created"].is_number_integer());
 }
 
+TEST(HttpServer, EveryServedNameIsAcceptedAndTheFirstReported) {
+  Harness h;
+  h.backend().card().aliases = {"alias-b", "alias-c"};
+  h.attach();
+  auto c = h.client();
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json data = json::parse(models->body)["data"];
+  ASSERT_EQ(data.size(), 3u);
+  EXPECT_EQ(data[0]["id"], "scripted");
+  EXPECT_EQ(data[1]["id"], "alias-b");
+  EXPECT_EQ(data[2]["id"], "alias-c");
+  for (const char* name : {"scripted", "alias-b", "alias-c"}) {
+    auto r = post(c, "/v1/completions", {{"model", name}, {"prompt", "hi"}, {"max_tokens", 2}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << name << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["model"], "scripted");
+    r = post(c, "/v1/chat/completions",
+             {{"model", name},
+              {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+              {"max_tokens", 2}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << name << ": " << r->body;
+  }
+  auto r = post(c, "/v1/completions", {{"model", "alias-d"}, {"prompt", "hi"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+}
+
+TEST(HttpServer, SamplingDefaultsApplyUnlessTheRequestSetsThem) {
+  Harness h;
+  h.backend().card().sampling_defaults.temperature = 0.0f;  // greedy by default
+  h.attach();
+  auto c = h.client();
+  // The scripted engine's greedy output ignores the seed (it is seed 0's).
+  auto r = post(c, "/v1/completions", {{"prompt", "hello"}, {"max_tokens", 7}, {"seed", 42}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], expected_text("hello", 0, 7));
+  r = post(c, "/v1/completions",
+           {{"prompt", "hello"}, {"max_tokens", 7}, {"seed", 42}, {"temperature", 1.0}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], expected_text("hello", 42, 7));
+}
+
+TEST(HttpServer, LogprobsAboveMaxLogprobsAre400NamingTheLimit) {
+  Harness h;
+  h.backend().card().max_logprobs = 3;
+  h.attach();
+  auto c = h.client();
+  auto r = post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"logprobs", 4}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  json error = json::parse(r->body)["error"];
+  EXPECT_EQ(error["param"], "logprobs");
+  EXPECT_NE(error["message"].get<std::string>().find("between 0 and 3"), std::string::npos)
+      << error;
+  r = post(c, "/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+            {"max_tokens", 2},
+            {"logprobs", true},
+            {"top_logprobs", 4}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  error = json::parse(r->body)["error"];
+  EXPECT_EQ(error["param"], "top_logprobs");
+  EXPECT_NE(error["message"].get<std::string>().find("between 0 and 3"), std::string::npos)
+      << error;
+  r = post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"logprobs", 3}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
 TEST(HttpServer, CompletionNonStreamed) {
   Harness h;
   h.attach();

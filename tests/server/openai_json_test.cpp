@@ -288,8 +288,57 @@ TEST(ResponseBuilder, ChatReturnTokenIds) {
   EXPECT_EQ(r["choices"][0]["token_ids"], json({9}));
 }
 
+TEST(ResponseBuilder, ContinuousUsageOnEveryChunkPerChoice) {
+  ResponseOptions o = options(Endpoint::completions, true);
+  o.n = 2;
+  o.include_usage = true;
+  o.continuous_usage = true;
+  ResponseBuilder b(o, token_bytes, {{1, 2, 3}});
+  std::string stream;
+  stream += add(b, 0, delta({5}, "a", 1));
+  stream += add(b, 1, delta({6}, "b", 1));
+  stream += add(b, 0, delta({7}, "c", 2));
+  stream += add(b, 0, finish(delta({}, "", 2), FinishReason::length));
+  stream += add(b, 1, finish(delta({8}, "d", 2), FinishReason::length));
+  stream += b.stream_tail();
+  const std::vector<std::string> payloads = sse_payloads(stream);
+  // 3 content chunks, 0's final, 1's content + final, the usage chunk, [DONE].
+  ASSERT_EQ(payloads.size(), 8u);
+  const auto usage = [](int completion) {
+    return json({{"prompt_tokens", 3},
+                 {"completion_tokens", completion},
+                 {"total_tokens", 3 + completion}});
+  };
+  const int expected_completion[] = {1, 1, 2, 2, 2, 2};
+  for (int i = 0; i < 6; ++i) {
+    const json chunk = json::parse(payloads[i]);
+    ASSERT_EQ(chunk["choices"].size(), 1u) << chunk;
+    EXPECT_EQ(chunk["usage"], usage(expected_completion[i])) << chunk;
+  }
+  const json total = json::parse(payloads[6]);
+  EXPECT_EQ(total["choices"], json::array());
+  EXPECT_EQ(total["usage"],
+            json({{"prompt_tokens", 3}, {"completion_tokens", 4}, {"total_tokens", 7}}));
+  EXPECT_EQ(payloads[7], "[DONE]");
+}
+
+TEST(ModelsResponse, ListsEveryServedName) {
+  ModelCard card;
+  card.id = "tiny";
+  card.aliases = {"tiny-b"};
+  const json r = models_response(card);
+  ASSERT_EQ(r["data"].size(), 2u);
+  EXPECT_EQ(r["data"][0]["id"], "tiny");
+  EXPECT_EQ(r["data"][1]["id"], "tiny-b");
+}
+
 TEST(ModelsResponse, Shape) {
-  ModelCard card{"tiny", "/models/tiny", 1700000000, 2048, 1000};
+  ModelCard card;
+  card.id = "tiny";
+  card.root = "/models/tiny";
+  card.created = 1700000000;
+  card.max_model_len = 2048;
+  card.vocab_size = 1000;
   const json r = models_response(card);
   EXPECT_EQ(r["object"], "list");
   const json& m = r["data"][0];

@@ -534,5 +534,70 @@ TEST(RequestParseFuzz, RandomBodiesGiveValidErrors) {
   EXPECT_GT(accepted, 100);  // the generator also makes valid bodies
 }
 
+TEST(SamplingDefaults, FillWhatTheRequestLeavesOut) {
+  RequestLimits l = limits();
+  l.sampling_defaults.temperature = 0.6f;
+  l.sampling_defaults.top_p = 0.9f;
+  l.sampling_defaults.top_k = 20;
+  l.sampling_defaults.min_p = 0.05f;
+  l.sampling_defaults.repetition_penalty = 1.1f;
+  auto r = parse_completion_request(json({{"prompt", "x"}}).dump(), l);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
+  EXPECT_EQ(r->sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r->sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r->sampling.repetition_penalty, 1.1f);
+  // What the request sets wins (null means not given).
+  auto c = parse_chat_request(json({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                    {"temperature", 0.0},
+                                    {"top_p", nullptr},
+                                    {"top_k", -1},
+                                    {"min_p", 0.0},
+                                    {"repetition_penalty", 1.0}})
+                                  .dump(),
+                              l);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_FLOAT_EQ(c->sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(c->sampling.top_p, 0.9f);
+  EXPECT_EQ(c->sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(c->sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(c->sampling.repetition_penalty, 1.0f);
+}
+
+TEST(MaxLogprobs, AboveTheLimitIs400NamingIt) {
+  RequestLimits l = limits();
+  l.max_logprobs = 5;
+  auto r = parse_completion_request(json({{"prompt", "x"}, {"logprobs", 6}}).dump(), l);
+  expect_bad(r, "logprobs");
+  EXPECT_NE(r.error().message.find("between 0 and 5"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(parse_completion_request(json({{"prompt", "x"}, {"logprobs", 5}}).dump(), l).ok());
+  auto c = parse_chat_request(json({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                    {"logprobs", true},
+                                    {"top_logprobs", 6}})
+                                  .dump(),
+                              l);
+  expect_bad(c, "top_logprobs");
+  EXPECT_NE(c.error().message.find("between 0 and 5"), std::string::npos) << c.error().message;
+}
+
+TEST(StreamOptions, ContinuousUsageStatsGoesWithIncludeUsage) {
+  const auto parse = [](const json& options) {
+    auto r = completion({{"prompt", "x"}, {"stream", true}, {"stream_options", options}});
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? r->output : OutputOptions{};
+  };
+  OutputOptions o = parse({{"include_usage", true}, {"continuous_usage_stats", true}});
+  EXPECT_TRUE(o.include_usage);
+  EXPECT_TRUE(o.continuous_usage);
+  // As in vLLM, continuous stats are part of include_usage.
+  EXPECT_FALSE(parse({{"continuous_usage_stats", true}}).continuous_usage);
+  EXPECT_FALSE(parse({{"include_usage", true}}).continuous_usage);
+  expect_bad(completion({{"prompt", "x"},
+                         {"stream", true},
+                         {"stream_options", {{"continuous_usage_stats", "yes"}}}}),
+             "continuous_usage_stats");
+}
+
 }  // namespace
 }  // namespace vpod::server

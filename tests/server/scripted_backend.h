@@ -68,6 +68,9 @@ class ScriptedBackend : public ServingBackend {
   }
 
   void set_ready(bool ready) { ready_ = ready; }
+  // The card, to change before the server is attached (served names, limits,
+  // sampling defaults).
+  ModelCard& card() { return card_; }
   // Sequences in the "engine" (what a real one's KV cache would hold).
   int num_running() const {
     std::lock_guard lock(mutex_);
