@@ -64,8 +64,9 @@ read -r -a caching <<< "${CACHING:-off on}"
 sections=" ${SECTIONS:-serve offline} "
 
 # The switch comes with issue 22; without it there is nothing to compare.
-if [[ " ${caching[*]} " == *" off "* ]] &&
-   ! "$vpod" serve --help 2>&1 | grep -q -- '--no-enable-prefix-caching'; then
+# (The help is read whole first: `grep -q` closing the pipe early would fail it under pipefail.)
+serve_help=$("$vpod" serve --help 2>&1 || true)
+if [[ " ${caching[*]} " == *" off "* && "$serve_help" != *--no-enable-prefix-caching* ]]; then
   echo "prefix_cache.sh: $vpod has no --no-enable-prefix-caching (issue 22); CACHING=on runs" \
        "only the cached side" >&2
   exit 3

@@ -3,7 +3,8 @@
 #   tools/prefix/gpu_check.sh BUILD_ARCHIVE OUT_DIR STAGES
 # BUILD_ARCHIVE is what tools/seam/pack_build.sh made of /work/main/build (unpacked at
 # that path, with /work/main linked to this checkout). STAGES, a comma list:
-#   identity: vpod serve with prefix caching on and off (vattn+pod and paged+serial);
+#   identity: vpod serve with prefix caching on and off (IDENTITY_MODES, default vattn+pod and
+#             paged+serial, with IDENTITY_ARGS, e.g. "--dtype fp32");
 #             tools/prefix/identity.py: shared-prefix prompts, greedy, one at a time;
 #             the two digests of a mode must be equal, and `on` must report cached tokens
 #   serve-vattn, serve-paged: bench/prefix_cache.sh's serve section for that KV cache
@@ -31,11 +32,11 @@ model=/tmp/seam-llama3-8b
 if has identity; then
   echo "== outputs with prefix caching on and off"
   port=8321
-  for mode in vattn+pod paged+serial; do
+  for mode in ${IDENTITY_MODES:-vattn+pod paged+serial}; do
     for caching in on off; do
       flag=""; [[ $caching == off ]] && flag=--no-enable-prefix-caching
       "$vpod" serve --model "$model" --port $port --served-model-name m --max-model-len 8192 \
-        --kv-cache "${mode%%+*}" --attention "${mode##*+}" $flag \
+        --kv-cache "${mode%%+*}" --attention "${mode##*+}" $flag ${IDENTITY_ARGS:-} \
         > "$out/serve_${mode/+/-}_$caching.log" 2>&1 &
       pid=$!
       for _ in $(seq 1 120); do
