@@ -317,8 +317,10 @@ TEST(ResponseBuilder, ContinuousUsageOnEveryChunkPerChoice) {
   }
   const json total = json::parse(payloads[6]);
   EXPECT_EQ(total["choices"], json::array());
-  EXPECT_EQ(total["usage"],
-            json({{"prompt_tokens", 3}, {"completion_tokens", 4}, {"total_tokens", 7}}));
+  EXPECT_EQ(total["usage"], json({{"prompt_tokens", 3},
+                                  {"completion_tokens", 4},
+                                  {"total_tokens", 7},
+                                  {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_EQ(payloads[7], "[DONE]");
 }
 
