@@ -20,6 +20,7 @@ if [[ ! -x /work/main/build/vpod || "${REUNPACK:-1}" == 1 ]]; then
   if [[ "$repo" != /work/main ]]; then mkdir -p /work/main && rm -rf /work/main/build && ln -sfn "$repo/build" /work/main/build; fi
 fi
 build=/work/main/build
+export VPOD_FIXTURES=${VPOD_FIXTURES:-$repo/.carry/fixtures}
 vpod=$build/vpod
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
