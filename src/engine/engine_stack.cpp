@@ -264,16 +264,17 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   }
 
   VPOD_RETURN_IF_ERROR(s->build_backend(o, config));
+  // Before the weights load (a minute for an 8B model in fp32), not after.
+  if (o.kv_cache == KvCacheKind::paged && !p.backend->supports_paged_kv(config.head_dim)) {
+    return unimplemented(fmt::format(
+        "--kv-cache paged: the {} backend has no paged attention for head_dim {} in this dtype",
+        device_name(s->device_), config.head_dim));
+  }
   VPOD_ASSIGN_OR_RETURN(p.model, model::Model::load(o.model_dir, *p.backend,
                                                     {.max_num_tokens = o.max_num_batched_tokens,
                                                      .max_num_sequences = o.max_num_seqs}));
   s->model_ = p.model.get();
   const model::ModelConfig& mc = p.model->config();
-  if (o.kv_cache == KvCacheKind::paged && !p.backend->supports_paged_kv(mc.head_dim)) {
-    return unimplemented(
-        fmt::format("--kv-cache paged: the {} backend has no paged attention for head_dim {}",
-                    device_name(s->device_), mc.head_dim));
-  }
 
   // The KV budget.
   s->kv_bytes_ = o.kv_cache_memory_bytes;
