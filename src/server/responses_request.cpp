@@ -26,7 +26,9 @@ constexpr std::array kChatFields = {"model",
                                     "frequency_penalty",
                                     "repetition_penalty",
                                     "cache_salt",
-                                    "chat_template_kwargs"};
+                                    "chat_template_kwargs",
+                                    "ignore_eos",
+                                    "min_tokens"};
 
 ApiError field_error(const std::string& param, std::string message) {
   return bad_request(std::move(message), param);
