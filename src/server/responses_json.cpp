@@ -26,15 +26,16 @@ json ResponsesBuilder::text_part(bool done) const {
           {"logprobs", json::array()}};
 }
 
+// The item is "incomplete" when the length limit cut it, as OpenAI marks it.
 json ResponsesBuilder::message_item(bool done) const {
-  json item = {
-      {"id", options_.message_id},
-      {"type", "message"},
-      {"status",
-       done ? (finished_ && std::string_view(status()) == "incomplete" ? "incomplete" : "completed")
-            : "in_progress"},
-      {"role", "assistant"},
-      {"content", json::array()}};
+  const char* item_status = !done                                            ? "in_progress"
+                            : finish_reason_ == engine::FinishReason::length ? "incomplete"
+                                                                             : "completed";
+  json item = {{"id", options_.message_id},
+               {"type", "message"},
+               {"status", item_status},
+               {"role", "assistant"},
+               {"content", json::array()}};
   if (done) item["content"].push_back(text_part(true));
   return item;
 }
