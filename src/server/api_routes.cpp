@@ -52,7 +52,7 @@ RequestLimits limits_for(const ModelCard& card) {
 
 // The prompt and what may be generated must fit in --max-model-len.
 std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens, int max_model_len,
-                                      const char* what) {
+                                      const char* what, const char* max_param = "max_tokens") {
   if (prompt_tokens + static_cast<std::size_t>(max_tokens) <=
       static_cast<std::size_t>(max_model_len)) {
     return std::nullopt;
@@ -62,7 +62,7 @@ std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens,
                   "requested {} tokens ({} in the {}, {} in the completion). "
                   "Please reduce the length of the {} or completion.",
                   max_model_len, prompt_tokens + max_tokens, prompt_tokens, what, max_tokens, what),
-      "max_tokens");
+      max_param);
 }
 
 RouteOutcome error_outcome(const ApiError& error) { return {error_reply(error), {}}; }
@@ -116,8 +116,10 @@ RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
 
 // A chat request's prompt: its messages rendered through the chat template
 // and tokenized, with stop.max_tokens set (unset max_tokens: whatever the
-// context has room for) and checked against the context.
-ApiResult<std::vector<std::int32_t>> chat_prompt(ServingBackend& backend, ChatRequest& r) {
+// context has room for) and checked against the context. `max_param`: the
+// request's name for max_tokens.
+ApiResult<std::vector<std::int32_t>> chat_prompt(ServingBackend& backend, ChatRequest& r,
+                                                 const char* max_param = "max_tokens") {
   const ModelCard& card = backend.model();
   auto text = backend.apply_chat_template(r.messages, r.chat_template);
   if (!text.ok()) return from_status(text.status(), "messages");
@@ -128,7 +130,8 @@ ApiResult<std::vector<std::int32_t>> chat_prompt(ServingBackend& backend, ChatRe
   // Unset max_tokens: whatever the context has room for.
   const int room = card.max_model_len - static_cast<int>(ids.size());
   r.stop.max_tokens = r.max_tokens.value_or(std::max(room, 1));
-  if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages")) {
+  if (auto e =
+          check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages", max_param)) {
     return *e;
   }
   if (r.stop.min_tokens > r.stop.max_tokens) {
@@ -359,7 +362,7 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
   if (r.instructions) chat.messages.push_back({{"role", "system"}, {"content", *r.instructions}});
   for (const auto& m : conversation) chat.messages.push_back(m);
 
-  auto ids = chat_prompt(backend, chat);
+  auto ids = chat_prompt(backend, chat, "max_output_tokens");
   if (!ids.ok()) return error_outcome(ids.error());
   ResponsesOptions options;
   options.id = request_id("resp_");

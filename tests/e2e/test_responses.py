@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MODEL_NAME
+from conftest import MAX_MODEL_LEN, MODEL_NAME
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,11 @@ def test_bad_input_is_400(client):
     with pytest.raises(openai.BadRequestError) as e:
         create(client, max_output_tokens=0)
     assert e.value.body["param"] == "max_output_tokens"
+    # The conversation and max_output_tokens must fit in --max-model-len.
+    with pytest.raises(openai.BadRequestError) as e:
+        create(client, max_output_tokens=MAX_MODEL_LEN - 1)
+    assert e.value.body["param"] == "max_output_tokens"
+    assert "maximum context length" in e.value.body["message"]
 
 
 def test_litellm_responses(url):
