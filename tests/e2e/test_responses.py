@@ -208,3 +208,15 @@ def test_litellm_responses(url):
     assert r.usage.output_tokens <= 4
     text = "".join(c.text for item in r.output if item.type == "message" for c in item.content)
     assert text
+
+
+def test_store_bound_evicts_oldest(new_server):
+    s = new_server("--responses-store-max", "2")
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    ids = [create(c, input=f"turn {i}", max_output_tokens=2).id for i in range(3)]
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(ids[0])  # the oldest went when the third came
+    for kept in ids[1:]:
+        assert create(c, input="more", previous_response_id=kept, max_output_tokens=2,
+                      store=False).previous_response_id == kept
+    assert s.stop() == 0
