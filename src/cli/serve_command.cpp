@@ -323,6 +323,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--http-workers", h.http_workers,
                   "Threads that parse, tokenize and render chat templates (0: the cores)")
       ->capture_default_str();
+  cmd->add_option("--responses-store-max", h.responses_store.max_responses,
+                  "Finished /v1/responses kept for previous_response_id (0: none; oldest "
+                  "evicted first)")
+      ->capture_default_str();
+  cmd->add_option("--responses-store-max-bytes", h.responses_store.max_bytes,
+                  "Byte budget of the kept responses (JSON size)")
+      ->capture_default_str();
   cmd->add_option("--max-connections", h.limits.max_connections,
                   "Open connections; beyond it idle ones are closed, else 503")
       ->capture_default_str();

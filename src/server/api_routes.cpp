@@ -11,6 +11,8 @@
 
 #include "common/utf8.h"
 #include "server/request_parse.h"
+#include "server/responses_json.h"
+#include "server/responses_request.h"
 #include "vpod/build_info.h"
 
 namespace vpod::server {
@@ -50,7 +52,7 @@ RequestLimits limits_for(const ModelCard& card) {
 
 // The prompt and what may be generated must fit in --max-model-len.
 std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens, int max_model_len,
-                                      const char* what) {
+                                      const char* what, const char* max_param = "max_tokens") {
   if (prompt_tokens + static_cast<std::size_t>(max_tokens) <=
       static_cast<std::size_t>(max_model_len)) {
     return std::nullopt;
@@ -60,7 +62,7 @@ std::optional<ApiError> check_context(std::size_t prompt_tokens, int max_tokens,
                   "requested {} tokens ({} in the {}, {} in the completion). "
                   "Please reduce the length of the {} or completion.",
                   max_model_len, prompt_tokens + max_tokens, prompt_tokens, what, max_tokens, what),
-      "max_tokens");
+      max_param);
 }
 
 RouteOutcome error_outcome(const ApiError& error) { return {error_reply(error), {}}; }
@@ -112,6 +114,54 @@ RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
   return {std::move(g), std::move(id)};
 }
 
+// A chat request's prompt: its messages rendered through the chat template
+// and tokenized, with stop.max_tokens set (unset max_tokens: whatever the
+// context has room for) and checked against the context. `max_param`: the
+// request's name for max_tokens.
+ApiResult<std::vector<std::int32_t>> chat_prompt(ServingBackend& backend, ChatRequest& r,
+                                                 const char* max_param = "max_tokens") {
+  const ModelCard& card = backend.model();
+  auto text = backend.apply_chat_template(r.messages, r.chat_template);
+  if (!text.ok()) return from_status(text.status(), "messages");
+  auto tokens = backend.tokenize(text.value(), r.add_special_tokens);
+  if (!tokens.ok()) return from_status(tokens.status(), "messages");
+  std::vector<std::int32_t> ids = std::move(tokens).value();
+  if (ids.empty()) return bad_request("'messages' have no tokens", "messages");
+  // Unset max_tokens: whatever the context has room for.
+  const int room = card.max_model_len - static_cast<int>(ids.size());
+  r.stop.max_tokens = r.max_tokens.value_or(std::max(room, 1));
+  if (auto e =
+          check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages", max_param)) {
+    return *e;
+  }
+  if (r.stop.min_tokens > r.stop.max_tokens) {
+    return bad_request(fmt::format("'min_tokens' ({}) must not exceed the {} "
+                                   "tokens left in the context",
+                                   r.stop.min_tokens, r.stop.max_tokens),
+                       "min_tokens");
+  }
+  return ids;
+}
+
+// "/v1/responses/{id}" -> id; "" for any other path.
+std::string_view response_id_of(std::string_view path) {
+  constexpr std::string_view kPrefix = "/v1/responses/";
+  if (path.size() <= kPrefix.size() || path.substr(0, kPrefix.size()) != kPrefix) return {};
+  std::string_view id = path.substr(kPrefix.size());
+  return id.find('/') == std::string_view::npos ? id : std::string_view();
+}
+
+// OpenAI's answer for an id it does not have (unknown, deleted or evicted).
+ApiError response_not_found(std::string_view id, bool previous) {
+  ApiError e;
+  e.http_status = 404;
+  e.message =
+      fmt::format("{} with id '{}' not found.", previous ? "Previous response" : "Response", id);
+  e.param = previous ? "previous_response_id" : "";
+  e.code = previous ? "previous_response_not_found" : "not_found";
+  return e;
+}
+
 }  // namespace
 
 Reply error_reply(const ApiError& error) {
@@ -133,12 +183,18 @@ Route match_route(std::string_view method, std::string_view path) {
       {"/v1/models", "GET", Route::models},
       {"/v1/completions", "POST", Route::completions},
       {"/v1/chat/completions", "POST", Route::chat_completions},
+      {"/v1/responses", "POST", Route::responses},
       {"/tokenize", "POST", Route::tokenize},
       {"/detokenize", "POST", Route::detokenize},
   };
   for (const Entry& e : kRoutes) {
     if (e.path != path) continue;
     if (e.method == method || (e.method == "GET" && method == "HEAD")) return e.route;
+    return Route::method_not_allowed;
+  }
+  if (!response_id_of(path).empty()) {
+    if (method == "GET" || method == "HEAD") return Route::response_get;
+    if (method == "DELETE") return Route::response_delete;
     return Route::method_not_allowed;
   }
   return Route::not_found;
@@ -148,6 +204,7 @@ bool route_has_body(Route route) {
   switch (route) {
     case Route::completions:
     case Route::chat_completions:
+    case Route::responses:
     case Route::tokenize:
     case Route::detokenize: return true;
     default: return false;
@@ -171,7 +228,8 @@ std::optional<Reply> ApiRoutes::admit(Route route, std::string_view authorizatio
     default: break;
   }
   if (!authorized(authorization)) return error_reply(unauthorized());
-  const bool generation = route == Route::completions || route == Route::chat_completions;
+  const bool generation =
+      route == Route::completions || route == Route::chat_completions || route == Route::responses;
   if (generation && state_.draining.load()) {
     return error_reply(service_unavailable("The server is shutting down"));
   }
@@ -182,7 +240,7 @@ std::optional<Reply> ApiRoutes::admit(Route route, std::string_view authorizatio
   return std::nullopt;
 }
 
-Reply ApiRoutes::info(Route route) const {
+Reply ApiRoutes::info(Route route, std::string_view path) const {
   ServingBackend* b = state_.backend.load();
   switch (route) {
     case Route::health:
@@ -204,6 +262,8 @@ Reply ApiRoutes::info(Route route) const {
     }
     case Route::version: return json_reply(200, {{"version", build_info::version}});
     case Route::models: return json_reply(200, models_response(b->model()));  // admitted: b is set
+    case Route::response_get:
+    case Route::response_delete: return stored_response(route, path);
     default: return error_reply(server_error("not an info route"));
   }
 }
@@ -215,6 +275,7 @@ RouteOutcome ApiRoutes::handle(Route route, const std::string& body,
     switch (route) {
       case Route::completions: return completions(body, *b, std::move(notify));
       case Route::chat_completions: return chat_completions(body, *b, std::move(notify));
+      case Route::responses: return responses(body, *b, std::move(notify));
       case Route::tokenize: return {tokenize(body, *b), {}};
       case Route::detokenize: return {detokenize(body, *b), {}};
       default: return error_outcome(server_error("not a body route"));
@@ -269,28 +330,85 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   ChatRequest& r = parsed.value();
   if (!r.model.empty() && !card.serves(r.model)) return error_outcome(model_not_found(r.model));
 
-  auto text = backend.apply_chat_template(r.messages, r.chat_template);
-  if (!text.ok()) return error_outcome(from_status(text.status(), "messages"));
-  auto tokens = backend.tokenize(text.value(), r.add_special_tokens);
-  if (!tokens.ok()) return error_outcome(from_status(tokens.status(), "messages"));
-  std::vector<std::int32_t> ids = std::move(tokens).value();
-  if (ids.empty()) return error_outcome(bad_request("'messages' have no tokens", "messages"));
-  // Unset max_tokens: whatever the context has room for.
-  const int room = card.max_model_len - static_cast<int>(ids.size());
-  r.stop.max_tokens = r.max_tokens.value_or(std::max(room, 1));
-  if (auto e = check_context(ids.size(), r.stop.max_tokens, card.max_model_len, "messages")) {
-    return error_outcome(*e);
-  }
-  if (r.stop.min_tokens > r.stop.max_tokens) {
-    return error_outcome(bad_request(fmt::format("'min_tokens' ({}) must not exceed the {} "
-                                                 "tokens left in the context",
-                                                 r.stop.min_tokens, r.stop.max_tokens),
-                                     "min_tokens"));
-  }
+  auto ids = chat_prompt(backend, r);
+  if (!ids.ok()) return error_outcome(ids.error());
   std::vector<std::vector<std::int32_t>> prompts;
-  prompts.push_back(std::move(ids));
+  prompts.push_back(std::move(ids).value());
   return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
                           r.cache_salt, std::move(prompts), {}, std::move(notify));
+}
+
+// POST /v1/responses: the conversation (instructions, the previous
+// response's turns, this input) goes through the chat path; the builder
+// answers in the Responses shape and keeps the finished response.
+RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backend,
+                                  std::function<void()> notify) const {
+  const ModelCard& card = backend.model();
+  auto parsed = parse_responses_request(body, limits_for(card));
+  if (!parsed.ok()) return error_outcome(parsed.error());
+  ResponsesRequest& r = parsed.value();
+  ChatRequest& chat = r.chat;
+  if (!chat.model.empty() && !card.serves(chat.model)) {
+    return error_outcome(model_not_found(chat.model));
+  }
+  nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
+  if (r.previous_response_id) {
+    auto previous = state_.responses.find(*r.previous_response_id);
+    if (!previous) return error_outcome(response_not_found(*r.previous_response_id, true));
+    conversation = previous->conversation;
+  }
+  for (const auto& m : chat.messages) conversation.push_back(m);
+  chat.messages = nlohmann::ordered_json::array();
+  if (r.instructions) chat.messages.push_back({{"role", "system"}, {"content", *r.instructions}});
+  for (const auto& m : conversation) chat.messages.push_back(m);
+
+  auto ids = chat_prompt(backend, chat, "max_output_tokens");
+  if (!ids.ok()) return error_outcome(ids.error());
+  ResponsesOptions options;
+  options.id = request_id("resp_");
+  options.message_id = request_id("msg_");
+  options.created_at = static_cast<std::int64_t>(std::time(nullptr));
+  options.model = card.id;
+  options.stream = chat.output.stream;
+  options.prompt_tokens = static_cast<int>(ids->size());
+  options.echoed = {
+      {"instructions", r.instructions ? json(*r.instructions) : json(nullptr)},
+      {"max_output_tokens", r.max_output_tokens ? json(*r.max_output_tokens) : json(nullptr)},
+      {"max_tool_calls", nullptr},
+      {"metadata", json(r.metadata)},
+      {"previous_response_id",
+       r.previous_response_id ? json(*r.previous_response_id) : json(nullptr)},
+      {"store", r.store},
+      {"temperature", chat.sampling.temperature},
+      {"top_p", chat.sampling.top_p},
+      {"user", r.user ? json(*r.user) : json(nullptr)},
+  };
+  options.conversation = std::move(conversation);
+  if (r.store) options.store = &state_.responses;
+
+  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt};
+  std::vector<engine::RequestSpec> specs;
+  specs.push_back(std::move(spec));
+  auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));
+  if (!call.ok()) return error_outcome(call.error());
+  std::string id = options.id;
+  Generation g;
+  g.call = std::move(call).value();
+  g.stream = options.stream;
+  g.builder = std::make_unique<ResponsesBuilder>(std::move(options));
+  return {std::move(g), std::move(id)};
+}
+
+// GET /v1/responses/{id} (the stored response) and DELETE (forgets it).
+Reply ApiRoutes::stored_response(Route route, std::string_view path) const {
+  const std::string id(response_id_of(path));
+  if (route == Route::response_delete) {
+    if (!state_.responses.erase(id)) return error_reply(response_not_found(id, false));
+    return json_reply(200, {{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+  }
+  auto stored = state_.responses.find(id);
+  if (!stored) return error_reply(response_not_found(id, false));
+  return json_reply(200, stored->response);
 }
 
 Reply ApiRoutes::tokenize(const std::string& body, ServingBackend& backend) const {

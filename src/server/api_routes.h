@@ -24,6 +24,7 @@
 #include "server/generation_call.h"
 #include "server/metrics.h"
 #include "server/openai_json.h"
+#include "server/response_store.h"
 
 namespace vpod::server {
 
@@ -34,6 +35,9 @@ enum class Route {
   models,
   completions,
   chat_completions,
+  responses,        // POST /v1/responses
+  response_get,     // GET /v1/responses/{id}
+  response_delete,  // DELETE /v1/responses/{id}
   tokenize,
   detokenize,
   not_found,           // no such path
@@ -58,7 +62,7 @@ Reply error_reply(const ApiError& error);
 // choice has finished (then, when not streamed, builder->response()).
 struct Generation {
   std::unique_ptr<GenerationCall> call;
-  std::unique_ptr<ResponseBuilder> builder;
+  std::unique_ptr<OutputBuilder> builder;
   bool stream = false;
 };
 
@@ -73,6 +77,7 @@ struct ApiState {
   std::atomic<ServingBackend*> backend{nullptr};
   std::atomic<bool> draining{false};
   ServerMetrics metrics;
+  ResponseStore responses;  // for previous_response_id and /v1/responses/{id}
 };
 
 class ApiRoutes {
@@ -82,8 +87,9 @@ class ApiRoutes {
   // From the head alone: 401 without the key, 503 while loading or (for
   // generation) draining, 404/405 for no route. std::nullopt: go on.
   std::optional<Reply> admit(Route route, std::string_view authorization) const;
-  // /health, /metrics, /version, /v1/models: cheap, no body.
-  Reply info(Route route) const;
+  // /health, /metrics, /version, /v1/models, /v1/responses/{id}: cheap, no
+  // body. `path`: the request's, for the routes that take an id from it.
+  Reply info(Route route, std::string_view path = {}) const;
   // The body routes. `notify` is handed to a generation's GenerationCall (it
   // runs on the engine thread when tokens arrive).
   RouteOutcome handle(Route route, const std::string& body, std::function<void()> notify) const;
@@ -93,6 +99,9 @@ class ApiRoutes {
                            std::function<void()> notify) const;
   RouteOutcome chat_completions(const std::string& body, ServingBackend& backend,
                                 std::function<void()> notify) const;
+  RouteOutcome responses(const std::string& body, ServingBackend& backend,
+                         std::function<void()> notify) const;
+  Reply stored_response(Route route, std::string_view path) const;
   Reply tokenize(const std::string& body, ServingBackend& backend) const;
   Reply detokenize(const std::string& body, ServingBackend& backend) const;
   bool authorized(std::string_view authorization) const;

@@ -58,6 +58,7 @@ class HttpServer::Impl {
                  &api.metrics),
         routes(api) {
     api.api_key = config.api_key;
+    api.responses.set_limits(config.responses_store);
     io.emplace();
     work.emplace(io->get_executor());
     acceptor.emplace(*io);

@@ -27,6 +27,7 @@
 #include "server/backend.h"
 #include "server/http_limits.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 
 namespace vpod::server {
 
@@ -41,6 +42,8 @@ struct ServerConfig {
   bool log_requests = true;
   // While busy, a stats line (running, waiting, KV use, token rates) this often.
   std::chrono::milliseconds stats_interval{10'000};
+  // Finished /v1/responses kept for previous_response_id (oldest evicted first).
+  ResponseStoreLimits responses_store;
   // Pending connections the kernel queues before accept (bursts of clients).
   int listen_backlog = 1024;
 };

@@ -230,13 +230,14 @@ void HttpSession::on_head(ErrorCode ec, std::size_t head_bytes) {
     close_after_ = head_.has_body;  // the body stays unread
     return send_reply(std::move(*refused));
   }
-  if (route_ == Route::completions || route_ == Route::chat_completions) {
+  if (route_ == Route::completions || route_ == Route::chat_completions ||
+      route_ == Route::responses) {
     generation_ = true;
     ++*ctx_.active_generations;
   }
   if (!route_has_body(route_)) {
     close_after_ = head_.has_body;
-    return send_reply(ctx_.routes->info(route_));
+    return send_reply(ctx_.routes->info(route_, head_.path));
   }
   if (!head_.has_body) return handle();
   if (head_.expects_continue) {

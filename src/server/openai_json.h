@@ -45,10 +45,30 @@ struct ResponseOptions {
 // The raw bytes a token stands for (ServingBackend::token_bytes).
 using TokenBytesFn = std::function<std::string(std::int32_t)>;
 
+// What a connection drives a generation through (http_session.cpp): one per
+// request, fed every delta; the chat/completions builder below and the
+// Responses API's (responses_json.h) implement it.
+class OutputBuilder {
+ public:
+  virtual ~OutputBuilder() = default;
+  // Streaming: the SSE events for this delta of sequence `choice` ("" when
+  // there is nothing to send). `delta` may be modified.
+  virtual std::string add(int choice, engine::RequestOutput& delta) = 0;
+  virtual bool all_finished() const = 0;
+  // Streaming: what follows the last delta.
+  virtual std::string stream_tail() const = 0;
+  // Non-streaming body; requires all_finished() and no error.
+  virtual nlohmann::json response() const = 0;
+  // The first engine error a sequence ended with (a 500 when not streamed).
+  virtual const std::optional<ApiError>& error() const = 0;
+  virtual int prompt_tokens() const = 0;
+  virtual int completion_tokens() const = 0;
+};
+
 // Accumulates one request's deltas into OpenAI JSON. In streaming mode add()
 // returns the SSE events to send; otherwise response() builds the body once
 // every choice has finished. Not thread-safe: one HTTP request's thread owns it.
-class ResponseBuilder {
+class ResponseBuilder final : public OutputBuilder {
  public:
   // `prompts`: each prompt's token ids; `echo_texts`: per prompt, the text to
   // prepend to its choices (completions' echo), or empty.
@@ -59,18 +79,18 @@ class ResponseBuilder {
   int num_choices() const { return static_cast<int>(choices_.size()); }
   // Streaming: the SSE events for this delta ("" when it carries nothing to send).
   // `delta` may be modified (echo text is prepended to a choice's first).
-  std::string add(int choice, engine::RequestOutput& delta);
-  bool all_finished() const { return num_finished_ == num_choices(); }
+  std::string add(int choice, engine::RequestOutput& delta) override;
+  bool all_finished() const override { return num_finished_ == num_choices(); }
 
   // Streaming: the usage chunk (if asked for) and data: [DONE].
-  std::string stream_tail() const;
+  std::string stream_tail() const override;
   // Non-streaming body; requires all_finished() and no error.
-  nlohmann::json response() const;
+  nlohmann::json response() const override;
   // The first engine error a choice ended with (a 500 for non-streamed requests).
-  const std::optional<ApiError>& error() const { return error_; }
+  const std::optional<ApiError>& error() const override { return error_; }
 
-  int prompt_tokens() const { return prompt_tokens_; }
-  int completion_tokens() const;
+  int prompt_tokens() const override { return prompt_tokens_; }
+  int completion_tokens() const override;
   // usage.prompt_tokens_details.cached_tokens: per prompt, its first choice's.
   int cached_tokens() const;
 

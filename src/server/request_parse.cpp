@@ -679,4 +679,8 @@ ApiResult<DetokenizeRequest> parse_detokenize_request(std::string_view body,
   return r;
 }
 
+ApiResult<json> parse_request_object(std::string_view body, const RequestLimits& limits) {
+  return parse_json_object(body, limits);
+}
+
 }  // namespace vpod::server

@@ -102,5 +102,10 @@ ApiResult<TokenizeRequest> parse_tokenize_request(std::string_view body,
                                                   const RequestLimits& limits);
 ApiResult<DetokenizeRequest> parse_detokenize_request(std::string_view body,
                                                       const RequestLimits& limits);
+// The body as a JSON object, with the checks every endpoint applies (valid
+// UTF-8, nesting within limits.max_json_depth, an object), for endpoints that
+// parse their own fields (responses_request.h).
+ApiResult<nlohmann::ordered_json> parse_request_object(std::string_view body,
+                                                       const RequestLimits& limits);
 
 }  // namespace vpod::server

@@ -1,0 +1,414 @@
+// The Responses API without a server: request parsing into a chat request,
+// the response object and streamed events, and the bounded response store.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/response_store.h"
+#include "server/responses_json.h"
+#include "server/responses_request.h"
+
+namespace vpod::server {
+namespace {
+
+using nlohmann::json;
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.max_model_len = 256;
+  l.vocab_size = 1000;
+  return l;
+}
+
+ApiResult<ResponsesRequest> parse(const json& body) {
+  return parse_responses_request(body.dump(), limits());
+}
+
+TEST(ResponsesRequest, StringInputIsOneUserMessage) {
+  auto r = parse({{"model", "m"}, {"input", "Hello"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->chat.model, "m");
+  EXPECT_EQ(r->chat.messages.dump(), R"([{"role":"user","content":"Hello"}])");
+  EXPECT_TRUE(r->store);
+  EXPECT_FALSE(r->chat.output.stream);
+  EXPECT_FALSE(r->max_output_tokens.has_value());
+  EXPECT_FALSE(r->chat.max_tokens.has_value());
+}
+
+TEST(ResponsesRequest, MessageItemsBecomeChatMessages) {
+  auto r =
+      parse({{"input",
+              {{{"role", "developer"}, {"content", "Be terse"}},
+               {{"type", "message"},
+                {"role", "user"},
+                {"content", {{{"type", "input_text"}, {"text", "Hi"}}}}},
+               {{"role", "assistant"}, {"content", {{{"type", "output_text"}, {"text", "Yo"}}}}}}},
+             {"instructions", "System says"},
+             {"max_output_tokens", 7},
+             {"temperature", 0.5},
+             {"top_p", 0.9},
+             {"stream", true},
+             {"store", false},
+             {"metadata", {{"k", "v"}}},
+             {"user", "u1"},
+             {"previous_response_id", "resp_1"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->chat.messages.dump(),
+            R"([{"role":"developer","content":"Be terse"},)"
+            R"({"role":"user","content":[{"type":"text","text":"Hi"}]},)"
+            R"({"role":"assistant","content":[{"type":"text","text":"Yo"}]}])");
+  EXPECT_EQ(r->instructions, "System says");
+  EXPECT_EQ(r->max_output_tokens, 7);
+  EXPECT_EQ(r->chat.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r->chat.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r->chat.sampling.top_p, 0.9f);
+  EXPECT_TRUE(r->chat.output.stream);
+  EXPECT_FALSE(r->store);
+  EXPECT_EQ(r->metadata, json({{"k", "v"}}));
+  EXPECT_EQ(r->user, "u1");
+  EXPECT_EQ(r->previous_response_id, "resp_1");
+}
+
+TEST(ResponsesRequest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
+  auto r = parse({{"input", "x"},
+                  {"tools", json::array()},
+                  {"tool_choice", "auto"},
+                  {"text", {{"format", {{"type", "text"}}}}},
+                  {"include", json::array()},
+                  {"truncation", "disabled"},
+                  {"background", false},
+                  {"reasoning", nullptr},
+                  {"parallel_tool_calls", true}});
+  EXPECT_TRUE(r.ok()) << r.error().message;
+}
+
+void expect_400(const json& body, const std::string& param) {
+  auto r = parse(body);
+  ASSERT_FALSE(r.ok()) << body.dump();
+  EXPECT_EQ(r.error().http_status, 400) << body.dump();
+  EXPECT_EQ(r.error().param, param) << body.dump() << ": " << r.error().message;
+  EXPECT_NE(r.error().message.find(param), std::string::npos) << r.error().message;
+}
+
+TEST(ResponsesRequest, UnsupportedFeaturesAreA400NamingTheField) {
+  expect_400({{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tools");
+  expect_400({{"input", "x"}, {"tool_choice", "required"}}, "tool_choice");
+  expect_400({{"input", "x"}, {"text", {{"format", {{"type", "json_object"}}}}}}, "text.format");
+  expect_400({{"input", "x"}, {"reasoning", {{"effort", "low"}}}}, "reasoning");
+  expect_400({{"input", "x"}, {"include", {"message.output_text.logprobs"}}}, "include");
+  expect_400({{"input", "x"}, {"truncation", "auto"}}, "truncation");
+  expect_400({{"input", "x"}, {"background", true}}, "background");
+  expect_400({{"input", "x"}, {"conversation", "conv_1"}}, "conversation");
+}
+
+TEST(ResponsesRequest, BadInputIsA400) {
+  expect_400(json::object(), "input");
+  expect_400({{"input", 3}}, "input");
+  expect_400({{"input", json::array()}}, "input");
+  expect_400({{"input", {{{"role", "tool"}, {"content", "x"}}}}}, "input");
+  expect_400({{"input", {{{"type", "function_call_output"}, {"output", "x"}}}}}, "input");
+  expect_400({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "input");
+  expect_400({{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens");
+  expect_400({{"input", "x"}, {"max_output_tokens", 257}}, "max_output_tokens");
+  expect_400({{"input", "x"}, {"store", "yes"}}, "store");
+  expect_400({{"input", "x"}, {"metadata", {{"k", 1}}}}, "metadata");
+  expect_400({{"input", "x"}, {"instructions", 5}}, "instructions");
+  expect_400({{"input", "x"}, {"temperature", 3}}, "temperature");
+  auto not_json = parse_responses_request("{", limits());
+  ASSERT_FALSE(not_json.ok());
+  EXPECT_EQ(not_json.error().http_status, 400);
+}
+
+// Random bodies, built and mutated: parsing never crashes, every failure is
+// a 400 with a message, and every success is a chat request within limits.
+TEST(ResponsesRequestFuzz, RandomBodiesGiveValidErrors) {
+  std::mt19937_64 rng(4321);
+  const std::vector<std::string> keys = {"input",
+                                         "instructions",
+                                         "max_output_tokens",
+                                         "temperature",
+                                         "top_p",
+                                         "stream",
+                                         "store",
+                                         "metadata",
+                                         "user",
+                                         "previous_response_id",
+                                         "tools",
+                                         "tool_choice",
+                                         "text",
+                                         "format",
+                                         "reasoning",
+                                         "include",
+                                         "truncation",
+                                         "background",
+                                         "role",
+                                         "content",
+                                         "type",
+                                         "input_text",
+                                         "output_text",
+                                         "message",
+                                         "model"};
+  std::function<json(int)> random_value = [&](int depth) -> json {
+    switch (rng() % (depth > 3 ? 6 : 8)) {
+      case 0: return nullptr;
+      case 1: return (rng() % 2) == 0;
+      case 2: return static_cast<std::int64_t>(rng() % 600) - 100;
+      case 3: return std::uniform_real_distribution<double>(-3, 3)(rng);
+      case 4: {
+        static const char* pieces[] = {"a", " ", "\xc3\xa9", "\xf0\x9f\x98\x80"};
+        std::string s;
+        for (int i = 0, k = rng() % 4; i < k; ++i) s += pieces[rng() % 4];
+        return s;
+      }
+      case 5: return keys[rng() % keys.size()];
+      case 6: {
+        json a = json::array();
+        for (int i = 0, k = rng() % 4; i < k; ++i) a.push_back(random_value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (int i = 0, k = rng() % 4; i < k; ++i) {
+          o[keys[rng() % keys.size()]] = random_value(depth + 1);
+        }
+        return o;
+      }
+    }
+  };
+  int accepted = 0;
+  for (int iter = 0; iter < 5000; ++iter) {
+    json body = json::object();
+    if (rng() % 2) body["input"] = rng() % 2 ? json("hi") : random_value(1);
+    for (int i = 0, k = rng() % 5; i < k; ++i) body[keys[rng() % keys.size()]] = random_value(1);
+    std::string text = body.dump();
+    for (int m = 0, k = rng() % 3; m < k && !text.empty(); ++m) {
+      const std::size_t pos = rng() % text.size();
+      switch (rng() % 3) {
+        case 0: text[pos] = static_cast<char>(rng() % 256); break;
+        case 1: text.resize(pos); break;
+        default: text.insert(pos, 1, "{}[],:\"\\"[rng() % 8]); break;
+      }
+    }
+    auto r = parse_responses_request(text, limits());
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().http_status, 400) << text;
+      EXPECT_FALSE(r.error().message.empty()) << text;
+      continue;
+    }
+    ++accepted;
+    EXPECT_TRUE(r->chat.messages.is_array() && !r->chat.messages.empty()) << text;
+    if (r->max_output_tokens) {
+      EXPECT_GE(*r->max_output_tokens, 1);
+      EXPECT_LE(*r->max_output_tokens, limits().max_model_len);
+    }
+  }
+  EXPECT_GT(accepted, 100);  // the generator reaches the success path too
+}
+
+// Splits an SSE stream into (event name, data) pairs, checking the framing.
+std::vector<std::pair<std::string, json>> events_of(const std::string& stream) {
+  std::vector<std::pair<std::string, json>> out;
+  std::size_t pos = 0;
+  while (pos < stream.size()) {
+    const std::size_t end = stream.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos) break;
+    const std::string block = stream.substr(pos, end - pos);
+    const std::size_t newline = block.find('\n');
+    EXPECT_EQ(block.rfind("event: ", 0), 0u) << block;
+    EXPECT_EQ(block.compare(newline + 1, 6, "data: "), 0) << block;
+    out.emplace_back(block.substr(7, newline - 7), json::parse(block.substr(newline + 7)));
+    pos = end + 2;
+  }
+  return out;
+}
+
+ResponsesOptions options(bool stream, ResponseStore* store) {
+  ResponsesOptions o;
+  o.id = "resp_1";
+  o.message_id = "msg_1";
+  o.created_at = 1700000000;
+  o.model = "m";
+  o.stream = stream;
+  o.prompt_tokens = 9;
+  o.echoed = {{"instructions", "be brief"}, {"max_output_tokens", 4}, {"store", true}};
+  o.conversation = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
+  o.store = store;
+  return o;
+}
+
+engine::RequestOutput delta(const std::string& text, int generated, bool finished = false,
+                            engine::FinishReason reason = engine::FinishReason::none) {
+  engine::RequestOutput d;
+  d.text = text;
+  d.num_prompt_tokens = 9;
+  d.num_generated_tokens = generated;
+  d.num_cached_tokens = 3;
+  d.finished = finished;
+  d.finish_reason = reason;
+  return d;
+}
+
+TEST(ResponsesBuilder, WholeResponseAndStore) {
+  ResponseStore store;
+  ResponsesBuilder b(options(false, &store));
+  auto d1 = delta("Hel", 2);
+  EXPECT_EQ(b.add(0, d1), "");
+  EXPECT_FALSE(b.all_finished());
+  auto d2 = delta("lo", 3, true, engine::FinishReason::stop);
+  EXPECT_EQ(b.add(0, d2), "");
+  ASSERT_TRUE(b.all_finished());
+  EXPECT_FALSE(b.error());
+  const json r = b.response();
+  EXPECT_EQ(r["id"], "resp_1");
+  EXPECT_EQ(r["object"], "response");
+  EXPECT_EQ(r["created_at"], 1700000000);
+  EXPECT_EQ(r["status"], "completed");
+  EXPECT_EQ(r["incomplete_details"], nullptr);
+  EXPECT_EQ(r["model"], "m");
+  EXPECT_EQ(r["instructions"], "be brief");
+  EXPECT_EQ(r["max_output_tokens"], 4);
+  EXPECT_EQ(r["output"], json::parse(R"([{"id":"msg_1","type":"message","status":"completed",
+      "role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],
+      "logprobs":[]}]}])"));
+  EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens":9,"input_tokens_details":
+      {"cached_tokens":3},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},
+      "total_tokens":12})"));
+  EXPECT_EQ(b.prompt_tokens(), 9);
+  EXPECT_EQ(b.completion_tokens(), 3);
+
+  auto stored = store.find("resp_1");
+  ASSERT_NE(stored, nullptr);
+  EXPECT_EQ(stored->response, r);
+  EXPECT_EQ(stored->conversation.dump(),
+            R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"}])");
+}
+
+TEST(ResponsesBuilder, LengthIsIncompleteAndNotStoredWithoutStore) {
+  ResponsesBuilder b(options(false, nullptr));
+  auto d = delta("abcd", 4, true, engine::FinishReason::length);
+  b.add(0, d);
+  const json r = b.response();
+  EXPECT_EQ(r["status"], "incomplete");
+  EXPECT_EQ(r["incomplete_details"], json({{"reason", "max_output_tokens"}}));
+  EXPECT_EQ(r["output"][0]["status"], "incomplete");
+}
+
+TEST(ResponsesBuilder, StreamedEventsInOpenAIsOrder) {
+  ResponseStore store;
+  ResponsesBuilder b(options(true, &store));
+  auto d1 = delta("Hel", 2);
+  std::string stream = b.add(0, d1);
+  auto d2 = delta("", 2);  // nothing new to say: no delta event
+  stream += b.add(0, d2);
+  auto d3 = delta("lo", 3, true, engine::FinishReason::stop);
+  stream += b.add(0, d3);
+  stream += b.stream_tail();
+  const auto events = events_of(stream);
+  const std::vector<std::string> expected = {
+      "response.created",           "response.in_progress",
+      "response.output_item.added", "response.content_part.added",
+      "response.output_text.delta", "response.output_text.delta",
+      "response.output_text.done",  "response.content_part.done",
+      "response.output_item.done",  "response.completed"};
+  ASSERT_EQ(events.size(), expected.size()) << stream;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].first, expected[i]);
+    EXPECT_EQ(events[i].second["type"], expected[i]);
+    EXPECT_EQ(events[i].second["sequence_number"], i);
+  }
+  EXPECT_EQ(events[0].second["response"]["status"], "in_progress");
+  EXPECT_EQ(events[0].second["response"]["output"], json::array());
+  EXPECT_EQ(events[2].second["item"]["status"], "in_progress");
+  EXPECT_EQ(events[2].second["item"]["content"], json::array());
+  EXPECT_EQ(events[3].second["part"]["text"], "");
+  const json& first_delta = events[4].second;
+  EXPECT_EQ(first_delta["delta"], "Hel");
+  EXPECT_EQ(first_delta["item_id"], "msg_1");
+  EXPECT_EQ(first_delta["output_index"], 0);
+  EXPECT_EQ(first_delta["content_index"], 0);
+  EXPECT_EQ(events[5].second["delta"], "lo");
+  EXPECT_EQ(events[6].second["text"], "Hello");
+  EXPECT_EQ(events[7].second["part"]["text"], "Hello");
+  EXPECT_EQ(events[8].second["item"]["content"][0]["text"], "Hello");
+  const json& done = events[9].second["response"];
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_EQ(done["usage"]["output_tokens"], 3);
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello");
+  ASSERT_NE(store.find("resp_1"), nullptr);
+  EXPECT_EQ(store.find("resp_1")->response, done);
+}
+
+TEST(ResponsesBuilder, StreamEndsWithIncompleteOrFailed) {
+  {
+    ResponsesBuilder b(options(true, nullptr));
+    auto d = delta("x", 4, true, engine::FinishReason::length);
+    const auto events = events_of(b.add(0, d));
+    EXPECT_EQ(events.back().first, "response.incomplete");
+    EXPECT_EQ(events.back().second["response"]["incomplete_details"]["reason"],
+              "max_output_tokens");
+  }
+  {
+    ResponseStore store;
+    ResponsesBuilder b(options(true, &store));
+    auto d = delta("", 0, true, engine::FinishReason::error);
+    d.error = "boom";
+    const auto events = events_of(b.add(0, d));
+    EXPECT_EQ(events.back().first, "response.failed");
+    EXPECT_EQ(events.back().second["response"]["status"], "failed");
+    ASSERT_TRUE(b.error());
+    EXPECT_EQ(b.error()->http_status, 500);
+    EXPECT_EQ(store.size(), 0u);  // a failed response is not continued
+  }
+}
+
+StoredResponse entry(const std::string& id, std::size_t bytes) {
+  StoredResponse e;
+  e.id = id;
+  e.bytes = bytes;
+  return e;
+}
+
+TEST(ResponseStore, EvictsOldestByCount) {
+  ResponseStore store({/*max_responses=*/2, /*max_bytes=*/1000});
+  store.put(entry("a", 10));
+  store.put(entry("b", 10));
+  store.put(entry("c", 10));
+  EXPECT_EQ(store.find("a"), nullptr);
+  EXPECT_NE(store.find("b"), nullptr);
+  EXPECT_NE(store.find("c"), nullptr);
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_EQ(store.bytes(), 20u);
+}
+
+TEST(ResponseStore, EvictsOldestByBytesAndSkipsWhatCannotFit) {
+  ResponseStore store({/*max_responses=*/10, /*max_bytes=*/100});
+  store.put(entry("a", 40));
+  store.put(entry("b", 40));
+  store.put(entry("c", 40));  // a goes
+  EXPECT_EQ(store.find("a"), nullptr);
+  EXPECT_EQ(store.bytes(), 80u);
+  store.put(entry("huge", 101));  // over the whole budget: not kept, nothing evicted
+  EXPECT_EQ(store.find("huge"), nullptr);
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_TRUE(store.erase("b"));
+  EXPECT_FALSE(store.erase("b"));
+  EXPECT_EQ(store.bytes(), 40u);
+  store.put(entry("c", 50));  // replaces c
+  EXPECT_EQ(store.size(), 1u);
+  EXPECT_EQ(store.bytes(), 50u);
+}
+
+TEST(ResponseStore, ZeroMeansNothingIsKept) {
+  ResponseStore store({/*max_responses=*/0, /*max_bytes=*/100});
+  store.put(entry("a", 1));
+  EXPECT_EQ(store.find("a"), nullptr);
+}
+
+}  // namespace
+}  // namespace vpod::server
