@@ -199,7 +199,7 @@ Reply ApiRoutes::info(Route route) const {
           b != nullptr ? b->metrics() : engine::EngineMetrics().snapshot();
       return {200,
               "text/plain; version=0.0.4; charset=utf-8",
-              render_metrics(snapshot, state_.metrics),
+              render_metrics(snapshot, b != nullptr ? b->model().id : "", state_.metrics),
               {}};
     }
     case Route::version: return json_reply(200, {{"version", build_info::version}});
