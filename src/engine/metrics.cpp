@@ -282,7 +282,8 @@ MetricsSnapshot EngineMetrics::snapshot() const {
   return m;
 }
 
-std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_name) {
+std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_name,
+                              const MetricsInfoLabels& cache_config) {
   std::string out;
   out.reserve(32768);
   Exposition x(out, "model_name=\"" + escape_label(model_name) + "\",engine=\"0\"");
@@ -355,6 +356,15 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_n
               "Histogram of time spent in PREFILL phase for request.", m.request_prefill_time_s);
   x.histogram("vllm:request_decode_time_seconds",
               "Histogram of time spent in DECODE phase for request.", m.request_decode_time_s);
+
+  if (!cache_config.empty()) {
+    // An info gauge: its labels are the settings (and engine), no model_name.
+    x.header("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    out += "vllm:cache_config_info{";
+    for (const auto& [name, value] : cache_config)
+      out += name + "=\"" + escape_label(value) + "\",";
+    out += "engine=\"0\"} 1.0\n";
+  }
 
   // vpod's own: how engine steps spend their time.
   x.histogram("vpod_step_duration_seconds", "Wall time of one engine step.", m.step_duration_s);

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -171,7 +172,11 @@ class EngineMetrics {
 // Prometheus text exposition format (version 0.0.4) under vLLM's v1 names
 // (vllm:time_to_first_token_seconds, ...; docs/server.md lists them), and
 // vpod's own step series (vpod_step_...). Every series carries vLLM's labels
-// model_name="<model_name>" and engine="0".
-std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_name);
+// model_name="<model_name>" and engine="0". `cache_config`, when given, is
+// rendered as vLLM's info gauge vllm:cache_config_info{<name>="<value>",...,
+// engine="0"} 1 (vLLM writes Python's str() of each setting: "True", "0.9").
+using MetricsInfoLabels = std::vector<std::pair<std::string, std::string>>;
+std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_name,
+                              const MetricsInfoLabels& cache_config = {});
 
 }  // namespace vpod::engine

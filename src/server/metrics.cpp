@@ -39,8 +39,9 @@ std::string ServerMetrics::render() const {
 }
 
 std::string render_metrics(const engine::MetricsSnapshot& engine, std::string_view model_name,
+                           const engine::MetricsInfoLabels& cache_config,
                            const ServerMetrics& server) {
-  return engine::format_prometheus(engine, model_name) + server.render();
+  return engine::format_prometheus(engine, model_name, cache_config) + server.render();
 }
 
 }  // namespace vpod::server

@@ -36,7 +36,9 @@ class ServerMetrics {
 
 // The whole /metrics page; `model_name` is the served model name (the first
 // --served-model-name), the model_name label of the engine's series.
+// `cache_config`: vllm:cache_config_info's labels (ModelCard::cache_config).
 std::string render_metrics(const engine::MetricsSnapshot& engine, std::string_view model_name,
+                           const engine::MetricsInfoLabels& cache_config,
                            const ServerMetrics& server);
 
 }  // namespace vpod::server

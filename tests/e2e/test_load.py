@@ -95,8 +95,13 @@ def test_metrics_page(url):
     # The engine's series carry vLLM's labels: the served model name and engine="0".
     samples = [s for f in families.values() for s in f.samples]
     for s in samples:
-        if s.name.startswith("vllm:"):
+        if s.name.startswith("vllm:") and s.name != "vllm:cache_config_info":
             assert s.labels.get("model_name") == MODEL_NAME and s.labels.get("engine") == "0", s
+    # vLLM's info gauge: the KV cache's settings as labels (no model_name, as in vLLM).
+    info = [s for s in samples if s.name == "vllm:cache_config_info"]
+    assert len(info) == 1 and info[0].value == 1, info
+    assert info[0].labels["enable_prefix_caching"] in ("True", "False")
+    assert info[0].labels["engine"] == "0"
     # `le` printed as Prometheus clients print it, so {le="0.1"} finds 0.1's bucket.
     les = {s.labels["le"] for s in samples if s.name == "vllm:time_to_first_token_seconds_bucket"}
     assert {"0.001", "0.1", "1.0", "2560.0", "+Inf"} <= les, les

@@ -407,7 +407,7 @@ TEST(Metrics, EngineAndHttpMetricsInOnePage) {
   server.count_http_response(200);
   server.count_http_response(400);
   server.count_http_response(400);
-  const std::string text = render_metrics(engine_metrics.snapshot(), "org/model", server);
+  const std::string text = render_metrics(engine_metrics.snapshot(), "org/model", {}, server);
   for (const char* name :
        {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
@@ -435,6 +435,7 @@ TEST(Metrics, EngineAndHttpMetricsInOnePage) {
   EXPECT_EQ(s.at(bucket + "0.005\"}"), 1);
   EXPECT_EQ(s.at(bucket + "0.001\"}"), 0);
   EXPECT_EQ(s.at(bucket + "1.0\"}"), 1);
+  EXPECT_EQ(text.find("vllm:cache_config_info"), std::string::npos);  // none given
   EXPECT_EQ(s.at("vpod_http_responses_total{status=\"400\"}"), 2);
   EXPECT_EQ(s.at("vpod_num_http_requests_in_flight"), 0);
 }
@@ -466,8 +467,9 @@ TEST(Metrics, EverySeriesOfVllmsGrafanaDashboardIsThere) {
                                    "vllm:request_prefill_time_seconds_sum",
                                    "vllm:request_decode_time_seconds_sum",
                                    "vllm:request_max_num_generation_tokens_sum"};
-  const std::string text =
-      render_metrics(engine::EngineMetrics(2048).snapshot(), "my-model", ServerMetrics());
+  const std::string text = render_metrics(
+      engine::EngineMetrics(2048).snapshot(), "my-model",
+      {{"enable_prefix_caching", "True"}, {"gpu_memory_utilization", "0.9"}}, ServerMetrics());
   const auto samples = parse_prometheus(text);
   for (const std::string name : dashboard) {
     const std::string selector = name + "{model_name=\"my-model\",engine=\"0\"";
@@ -485,6 +487,11 @@ TEST(Metrics, EverySeriesOfVllmsGrafanaDashboardIsThere) {
     }
     EXPECT_TRUE(found) << name << " with model_name=\"my-model\" is not in\n" << text;
   }
+  // vLLM's info gauge: the settings as labels (and engine), value 1.
+  EXPECT_EQ(samples.at("vllm:cache_config_info{enable_prefix_caching=\"True\","
+                       "gpu_memory_utilization=\"0.9\",engine=\"0\"}"),
+            1.0);
+  EXPECT_NE(text.find("# TYPE vllm:cache_config_info gauge\n"), std::string::npos);
 }
 
 }  // namespace
