@@ -158,7 +158,9 @@ std::string prometheus_float(double value) {
     // wire (floatToGoString).
     std::string m = digits.substr(0, 1);
     if (num_digits > 1) m += "." + digits.substr(1);
-    return m + "e+0" + std::to_string(point - 1);
+    char exp[16];
+    std::snprintf(exp, sizeof(exp), "e+%02d", point - 1);
+    return m + exp;
   }
   if (point <= 0) return sign + "0." + std::string(-point, '0') + digits;
   if (point >= num_digits) return sign + digits + std::string(point - num_digits, '0') + ".0";

@@ -543,38 +543,39 @@ TEST(Engine, MetricsCountWhatHappened) {
 
   const std::string text = format_prometheus(m, "tiny");
   const std::string labels = "{model_name=\"tiny\",engine=\"0\"}";
-  for (const std::string name :
-       {"vllm:num_requests_running" + labels + " 0.0",
-        "vllm:num_requests_waiting" + labels + " 0.0",
-        "vllm:kv_cache_usage_perc" + labels + " 0.0",
-        "vllm:gpu_cache_usage_perc" + labels + " 0.0",
-        "vllm:generation_tokens_total" + labels + " 50",
-        "vllm:num_preemptions_total" + labels + " 0",
-        "vllm:time_to_first_token_seconds_count" + labels + " 10",
-        "vllm:request_time_per_output_token_seconds_bucket{model_name=\"tiny\",engine=\"0\",le="
-        "\"+Inf\"} 10",
-        "vllm:time_per_output_token_seconds_count" + labels + " 40",
-        "vllm:inter_token_latency_seconds_count" + labels + " 40",
-        "vllm:e2e_request_latency_seconds_sum" + labels + " ",
-        "vllm:request_prefill_time_seconds_count" + labels + " 10",
-        "vllm:request_decode_time_seconds_count" + labels + " 10",
-        "vllm:request_inference_time_seconds_count" + labels + " 10",
-        "vllm:request_queue_time_seconds_count" + labels + " 10",
-        "vllm:request_generation_tokens_sum" + labels + " 50.0",
-        "vllm:request_max_num_generation_tokens_count" + labels + " 10",
-        "vllm:request_params_max_tokens_count" + labels + " 10",
-        "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} "
-        "10",
-        std::string("# TYPE vllm:inter_token_latency_seconds histogram"),
-        std::string("# TYPE vllm:iteration_tokens_total histogram"),
-        std::string(
-            "vpod_step_phase_seconds_total{model_name=\"tiny\",engine=\"0\",phase=\"forward\"}"),
-        std::string("# TYPE vpod_steps_by_kind_total counter"),
-        "vpod_hybrid_step_decodes_total" + labels + " ",
-        std::string(
-            "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"hidden\"} "),
-        std::string(
-            "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"exposed\"} ")})
+  const std::string expected[] = {
+      "vllm:num_requests_running" + labels + " 0.0",
+      "vllm:num_requests_waiting" + labels + " 0.0",
+      "vllm:kv_cache_usage_perc" + labels + " 0.0",
+      "vllm:gpu_cache_usage_perc" + labels + " 0.0",
+      "vllm:generation_tokens_total" + labels + " 50",
+      "vllm:num_preemptions_total" + labels + " 0",
+      "vllm:time_to_first_token_seconds_count" + labels + " 10",
+      "vllm:request_time_per_output_token_seconds_bucket{model_name=\"tiny\",engine=\"0\",le="
+      "\"+Inf\"} 10",
+      "vllm:time_per_output_token_seconds_count" + labels + " 40",
+      "vllm:inter_token_latency_seconds_count" + labels + " 40",
+      "vllm:e2e_request_latency_seconds_sum" + labels + " ",
+      "vllm:request_prefill_time_seconds_count" + labels + " 10",
+      "vllm:request_decode_time_seconds_count" + labels + " 10",
+      "vllm:request_inference_time_seconds_count" + labels + " 10",
+      "vllm:request_queue_time_seconds_count" + labels + " 10",
+      "vllm:request_generation_tokens_sum" + labels + " 50.0",
+      "vllm:request_max_num_generation_tokens_count" + labels + " 10",
+      "vllm:request_params_max_tokens_count" + labels + " 10",
+      "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} "
+      "10",
+      std::string("# TYPE vllm:inter_token_latency_seconds histogram"),
+      std::string("# TYPE vllm:iteration_tokens_total histogram"),
+      std::string(
+          "vpod_step_phase_seconds_total{model_name=\"tiny\",engine=\"0\",phase=\"forward\"}"),
+      std::string("# TYPE vpod_steps_by_kind_total counter"),
+      "vpod_hybrid_step_decodes_total" + labels + " ",
+      std::string(
+          "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"hidden\"} "),
+      std::string(
+          "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"exposed\"} ")};
+  for (const std::string& name : expected)
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
   EXPECT_NE(text.find("vllm:prompt_tokens_total" + labels + " " + std::to_string(prompt_tokens)),
             std::string::npos);
@@ -632,27 +633,15 @@ TEST(Histogram, Buckets125StopAtTheMaximum) {
 }
 
 TEST(PrometheusFloat, PrintsWhatPythonsClientPrints) {
-  // Expected strings are prometheus_client's floatToGoString (repr based).
-  const std::pair<double, const char*> cases[] = {{0.1, "0.1"},
-                                                  {0.25, "0.25"},
-                                                  {1.0, "1.0"},
-                                                  {2560.0, "2560.0"},
-                                                  {0.001, "0.001"},
-                                                  {0.0001, "0.0001"},
-                                                  {0.00001, "1e-05"},
-                                                  {0.0005, "0.0005"},
-                                                  {7.5, "7.5"},
-                                                  {0.0, "0.0"},
-                                                  {-2.5, "-2.5"},
-                                                  {100000.0, "100000.0"},
-                                                  {200000.0, "200000.0"},
-                                                  {1000000.0, "1e+06"},
-                                                  {1234567.5, "1.2345675e+06"},
-                                                  {1e16, "1e+16"},
-                                                  {1.5e-7, "1.5e-07"},
-                                                  {123.456, "123.456"},
-                                                  {0.3, "0.3"},
-                                                  {0.1 + 0.2, "0.30000000000000004"}};
+  // Expected strings are prometheus_client 0.26's floatToGoString (repr based).
+  const std::pair<double, const char*> cases[] = {
+      {0.1, "0.1"},           {0.25, "0.25"},       {1.0, "1.0"},
+      {2560.0, "2560.0"},     {0.001, "0.001"},     {0.0001, "0.0001"},
+      {0.00001, "1e-05"},     {0.0005, "0.0005"},   {7.5, "7.5"},
+      {0.0, "0.0"},           {-2.5, "-2.5"},       {100000.0, "100000.0"},
+      {200000.0, "200000.0"}, {1000000.0, "1e+06"}, {1234567.5, "1.2345675e+06"},
+      {1e16, "1e+16"},        {2e13, "2e+13"},      {1.5e-7, "1.5e-07"},
+      {123.456, "123.456"},   {0.3, "0.3"},         {0.1 + 0.2, "0.30000000000000004"}};
   for (const auto& [value, expected] : cases) EXPECT_EQ(prometheus_float(value), expected) << value;
   EXPECT_EQ(prometheus_float(INFINITY), "+Inf");
   EXPECT_EQ(prometheus_float(-INFINITY), "-Inf");
