@@ -202,9 +202,12 @@ class ProgressLine {
   std::thread thread_;
 };
 
-// The server's own view of the run, from its /metrics histograms (vpod's
-// names, or vLLM's): mean TTFT, TPOT and E2E latency over the requests that
-// finished between two scrapes, next to the client's means.
+// The server's own view of the run, from its /metrics histograms (vLLM's
+// names, which vpod exports, or an older vpod's vpod_ ones): mean TTFT, TPOT
+// and E2E latency over the requests that finished between two scrapes, next
+// to the client's means. TPOT is the per-request mean, as the client's is:
+// vLLM's request_time_per_output_token_seconds where there is one (its
+// time_per_output_token_seconds holds every inter-token gap since 0.11).
 struct ServerView {
   std::string prefix;
   std::optional<double> ttft_ms, tpot_ms, e2el_ms;
@@ -221,8 +224,9 @@ std::optional<ServerView> server_view(const std::string& before, const std::stri
       if (!mean) return std::nullopt;
       return *mean * 1e3;
     };
-    ServerView view{prefix, mean_ms("time_to_first_token_seconds"),
-                    mean_ms("time_per_output_token_seconds"),
+    auto tpot_ms = mean_ms("request_time_per_output_token_seconds");
+    if (!tpot_ms) tpot_ms = mean_ms("time_per_output_token_seconds");
+    ServerView view{prefix, mean_ms("time_to_first_token_seconds"), tpot_ms,
                     mean_ms("e2e_request_latency_seconds")};
     if (view.ttft_ms || view.tpot_ms || view.e2el_ms) return view;
   }

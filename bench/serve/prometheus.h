@@ -11,7 +11,7 @@
 
 namespace vpod::bench::serve {
 
-// The value of sample `name` (e.g. "vpod_time_to_first_token_seconds_sum"),
+// The value of sample `name` (e.g. "vllm:time_to_first_token_seconds_sum"),
 // summed over all its label sets; nullopt when no sample has that name.
 std::optional<double> prometheus_sample(std::string_view text, std::string_view name);
 

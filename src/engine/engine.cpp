@@ -52,6 +52,7 @@ Engine::Engine(const EngineConfig& config, ModelExecutor& executor, kvcache::KvC
       executor_(executor),
       kv_(kv),
       decoders_(decoders),
+      metrics_(config.max_model_len),
       scheduler_(config.scheduler, kv),
       outputs_(metrics_),
       sampled_(config.scheduler.max_num_seqs) {
@@ -251,8 +252,10 @@ void Engine::finish_step(const ScheduledStep& step, const Status& launched, Cloc
 
 void Engine::record_step(const ScheduledStep& step, const StepTimes& times) {
   metrics_.add_step(times, !step.empty());
-  if (!step.empty())
+  if (!step.empty()) {
     metrics_.count_step_kind(step.batch.prefills.size(), step.batch.decodes.size());
+    metrics_.iteration_tokens.observe(step.batch.num_tokens());
+  }
 }
 
 // Step N+1 of the pipeline (docs/engine.md, "The step"); the timer books each

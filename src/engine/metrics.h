@@ -1,8 +1,8 @@
-// Engine metrics: request latency histograms, load gauges, token and
+// Engine metrics: request latency and size histograms, load gauges, token and
 // preemption counters, and where step time goes. The engine thread records
 // into EngineMetrics with relaxed atomics (no locks, no allocation); any
 // thread takes a MetricsSnapshot, a plain struct, and the server renders it
-// with format_prometheus.
+// with format_prometheus under vLLM's names (vllm:..., model_name label).
 #pragma once
 
 #include <array>
@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -28,6 +29,8 @@ struct HistogramData {
 class Histogram {
  public:
   explicit Histogram(std::span<const double> upper_bounds);
+  explicit Histogram(const std::vector<double>& upper_bounds)
+      : Histogram(std::span<const double>(upper_bounds)) {}
   void observe(double value);
   HistogramData snapshot() const;
 
@@ -36,6 +39,17 @@ class Histogram {
   std::unique_ptr<std::atomic<std::uint64_t>[]> counts_;  // upper_bounds_.size() + 1
   std::atomic<double> sum_{0.0};
 };
+
+// vLLM's bucket bounds for token counts (build_1_2_5_buckets): 1, 2, 5, 10,
+// 20, 50, ... up to and including max_value.
+std::vector<double> buckets_1_2_5(int max_value);
+
+// A sample or `le` value as Prometheus's Python client (which vLLM uses)
+// prints it: the shortest decimal that reads back to the same double, in
+// Python's repr form ("0.1", "2.5", "1.0", "1e-05"), integers of more than
+// six digits as Go prints them ("1e+06"), and "+Inf", "-Inf", "NaN".
+// PromQL matches `le` as a string, so {le="0.1"} must find 0.1's bucket.
+std::string prometheus_float(double value);
 
 // Number of FinishReason values, for per-reason counters.
 inline constexpr int kNumFinishReasons = 5;
@@ -63,12 +77,25 @@ struct StepTimes {
   double host_exposed_s = 0.0;
 };
 
+// Per request, as vLLM defines them: queue = arrival to first scheduled;
+// prefill = first scheduled to first token; decode = first to last token;
+// inference = first scheduled to last token; time_per_output_token = the
+// request's decode time over its tokens after the first; the token counts
+// and max_tokens at its end. inter_token_latency: every gap between two
+// tokens of a request.
 struct MetricsSnapshot {
   HistogramData time_to_first_token_s;
-  HistogramData time_per_output_token_s;
+  HistogramData time_per_output_token_s;  // per request (vLLM's request_time_per_output_token)
   HistogramData inter_token_latency_s;
   HistogramData e2e_request_latency_s;
   HistogramData request_queue_time_s;
+  HistogramData request_prefill_time_s;
+  HistogramData request_decode_time_s;
+  HistogramData request_inference_time_s;
+  HistogramData request_prompt_tokens;
+  HistogramData request_generation_tokens;
+  HistogramData request_max_tokens;  // the request's max_tokens (capped by the context)
+  HistogramData iteration_tokens;    // tokens computed by a launched step
   HistogramData step_duration_s;
 
   std::int64_t num_requests_running = 0;
@@ -91,13 +118,22 @@ struct MetricsSnapshot {
 
 class EngineMetrics {
  public:
-  EngineMetrics();
+  // Token-count histograms get vLLM's 1-2-5 buckets up to max_model_len.
+  static constexpr int kDefaultMaxModelLen = 8192;
+  explicit EngineMetrics(int max_model_len = kDefaultMaxModelLen);
 
   Histogram time_to_first_token_s;
   Histogram time_per_output_token_s;
   Histogram inter_token_latency_s;
   Histogram e2e_request_latency_s;
   Histogram request_queue_time_s;
+  Histogram request_prefill_time_s;
+  Histogram request_decode_time_s;
+  Histogram request_inference_time_s;
+  Histogram request_prompt_tokens;
+  Histogram request_generation_tokens;
+  Histogram request_max_tokens;
+  Histogram iteration_tokens;
   Histogram step_duration_s;
 
   std::atomic<std::int64_t> num_requests_running{0};
@@ -133,8 +169,14 @@ class EngineMetrics {
   std::atomic<double> host_exposed_s_{0.0};
 };
 
-// Prometheus text exposition format (version 0.0.4), every name prefixed
-// with `prefix` (e.g. vpod_time_to_first_token_seconds).
-std::string format_prometheus(const MetricsSnapshot& m, std::string_view prefix = "vpod_");
+// Prometheus text exposition format (version 0.0.4) under vLLM's v1 names
+// (vllm:time_to_first_token_seconds, ...; docs/server.md lists them), and
+// vpod's own step series (vpod_step_...). Every series carries vLLM's labels
+// model_name="<model_name>" and engine="0". `cache_config`, when given, is
+// rendered as vLLM's info gauge vllm:cache_config_info{<name>="<value>",...,
+// engine="0"} 1 (vLLM writes Python's str() of each setting: "True", "0.9").
+using MetricsInfoLabels = std::vector<std::pair<std::string, std::string>>;
+std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_name,
+                              const MetricsInfoLabels& cache_config = {});
 
 }  // namespace vpod::engine

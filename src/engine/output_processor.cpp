@@ -97,10 +97,25 @@ void OutputProcessor::finish(Request& r, FinishReason reason, Clock::time_point 
   r.finish_reason = reason;
   delta_.finished = true;
   delta_.finish_reason = reason;
+  observe_end(r, reason, now);
+}
+
+void OutputProcessor::observe_end(const Request& r, FinishReason reason, Clock::time_point now) {
   metrics_.count_finished(reason);
   metrics_.e2e_request_latency_s.observe(seconds_between(r.arrival_time, now));
-  if (r.first_token_time && r.num_generated() > 1) {
-    metrics_.time_per_output_token_s.observe(seconds_between(*r.first_token_time, now) /
+  metrics_.request_prompt_tokens.observe(r.num_prompt_tokens);
+  metrics_.request_generation_tokens.observe(r.num_generated());
+  metrics_.request_max_tokens.observe(r.stop.max_tokens);
+  // The phases as vLLM times them, for requests that reached their first
+  // token (one aborted before has no prefill, decode or inference time).
+  if (!r.first_scheduled_time || !r.first_token_time) return;
+  const Clock::time_point scheduled = *r.first_scheduled_time;
+  const Clock::time_point first = *r.first_token_time;
+  metrics_.request_inference_time_s.observe(seconds_between(scheduled, r.last_token_time));
+  metrics_.request_prefill_time_s.observe(seconds_between(scheduled, first));
+  metrics_.request_decode_time_s.observe(seconds_between(first, r.last_token_time));
+  if (r.num_generated() > 1) {
+    metrics_.time_per_output_token_s.observe(seconds_between(first, r.last_token_time) /
                                              (r.num_generated() - 1));
   }
 }
@@ -118,8 +133,7 @@ void OutputProcessor::end(Request& r, FinishReason reason, std::string_view erro
   delta_.num_prompt_tokens = r.num_prompt_tokens;
   delta_.num_generated_tokens = r.num_generated();
   delta_.num_cached_tokens = r.num_cached_tokens;
-  metrics_.count_finished(reason);
-  metrics_.e2e_request_latency_s.observe(seconds_between(r.arrival_time, now));
+  observe_end(r, reason, now);
   r.stream->push(delta_);
 }
 

@@ -42,6 +42,8 @@ class OutputProcessor {
 
  private:
   void finish(Request& r, FinishReason reason, Clock::time_point now);
+  // The request-level metrics of an ended request (finished or not).
+  void observe_end(const Request& r, FinishReason reason, Clock::time_point now);
 
   EngineMetrics& metrics_;
   RequestOutput delta_;  // reused for every delta (capacity kept)

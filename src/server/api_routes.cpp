@@ -252,12 +252,16 @@ Reply ApiRoutes::info(Route route, std::string_view path) const {
       }
       return {200, "text/plain; charset=utf-8", "", {}};
     case Route::metrics: {
-      // Before the model is attached: the engine's metrics at zero.
-      const engine::MetricsSnapshot snapshot =
-          b != nullptr ? b->metrics() : engine::EngineMetrics().snapshot();
+      // Before the model is attached: the engine's metrics at zero, no model name.
+      if (b == nullptr) {
+        return {200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                render_metrics(engine::EngineMetrics().snapshot(), "", {}, state_.metrics),
+                {}};
+      }
       return {200,
               "text/plain; version=0.0.4; charset=utf-8",
-              render_metrics(snapshot, state_.metrics),
+              render_metrics(b->metrics(), b->model().id, b->model().cache_config, state_.metrics),
               {}};
     }
     case Route::version: return json_reply(200, {{"version", build_info::version}});

@@ -46,6 +46,9 @@ struct ModelCard {
   // repetition_penalty gets (--generation-config: the engine's defaults, or
   // the model's generation_config.json over them).
   engine::SamplingParams sampling_defaults;
+  // The KV cache's settings, as /metrics reports them in vLLM's
+  // vllm:cache_config_info (name, value as Python's str() writes it).
+  engine::MetricsInfoLabels cache_config;
 
   // Whether `name` (a request's `model`) is one of this model's names.
   bool serves(std::string_view name) const {

@@ -95,6 +95,11 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
   s->card.created = static_cast<std::int64_t>(std::time(nullptr));
   s->card.max_model_len = s->engine->max_model_len();
   s->card.vocab_size = s->engine->model().config().vocab_size;
+  s->card.cache_config = {
+      {"enable_prefix_caching", o.stack.prefix_caching ? "True" : "False"},
+      {"gpu_memory_utilization", engine::prometheus_float(o.stack.gpu_memory_utilization)},
+      {"kv_cache", std::string(engine::kv_cache_kind_name(o.stack.kv_cache))},
+      {"kv_cache_memory_bytes", std::to_string(s->engine->kv_cache_bytes())}};
   return std::unique_ptr<EngineBackend>(new EngineBackend(std::move(s)));
 }
 

@@ -38,8 +38,10 @@ std::string ServerMetrics::render() const {
   return out;
 }
 
-std::string render_metrics(const engine::MetricsSnapshot& engine, const ServerMetrics& server) {
-  return engine::format_prometheus(engine, "vpod_") + server.render();
+std::string render_metrics(const engine::MetricsSnapshot& engine, std::string_view model_name,
+                           const engine::MetricsInfoLabels& cache_config,
+                           const ServerMetrics& server) {
+  return engine::format_prometheus(engine, model_name, cache_config) + server.render();
 }
 
 }  // namespace vpod::server

@@ -1,7 +1,7 @@
-// GET /metrics: the engine's metrics (engine::format_prometheus: running and
-// waiting requests, KV usage, token and preemption counters, TTFT / TPOT /
-// end-to-end histograms, ...) followed by the HTTP layer's own, all in the
-// Prometheus text format (0.0.4) with the `vpod_` prefix.
+// GET /metrics: the engine's metrics under vLLM's names
+// (engine::format_prometheus: vllm:num_requests_running, TTFT / ITL /
+// end-to-end histograms, ..., labelled with the served model name) followed
+// by the HTTP layer's own (vpod_http_...), in the Prometheus text format 0.0.4.
 #pragma once
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "engine/metrics.h"
 
@@ -33,7 +34,11 @@ class ServerMetrics {
   std::map<int, std::uint64_t> http_responses_;  // by status code
 };
 
-// The whole /metrics page.
-std::string render_metrics(const engine::MetricsSnapshot& engine, const ServerMetrics& server);
+// The whole /metrics page; `model_name` is the served model name (the first
+// --served-model-name), the model_name label of the engine's series.
+// `cache_config`: vllm:cache_config_info's labels (ModelCard::cache_config).
+std::string render_metrics(const engine::MetricsSnapshot& engine, std::string_view model_name,
+                           const engine::MetricsInfoLabels& cache_config,
+                           const ServerMetrics& server);
 
 }  // namespace vpod::server

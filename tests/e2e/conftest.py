@@ -99,12 +99,23 @@ def scrape(url):
     return list(text_string_to_metric_families(r.text))
 
 
+# The labels vLLM (and so vpod) puts on every engine series.
+ENGINE_LABELS = {"model_name": MODEL_NAME, "engine": "0"}
+
+
 def metrics(url):
-    """Every sample of /metrics: {'name{label="value",...}': value}."""
+    """Every sample of /metrics: {'name{label="value",...}': value}, keyed
+    without ENGINE_LABELS when a sample has exactly those values, so
+    'vllm:num_requests_running' reads the served model's gauge
+    (test_load.test_metrics_page checks that the labels are there)."""
     samples = {}
     for family in scrape(url):
         for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            own = dict(s.labels)
+            if all(own.get(k) == v for k, v in ENGINE_LABELS.items()):
+                for k in ENGINE_LABELS:
+                    del own[k]
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(own.items()))
             samples[s.name + (f"{{{labels}}}" if labels else "")] = s.value
     return samples
 

@@ -226,7 +226,7 @@ def test_503_while_draining_then_exit_0(new_server):
 
     t = threading.Thread(target=long_stream)
     t.start()
-    assert wait_for(lambda: metrics(s.url)["vpod_num_requests_running"] == 1, 30)
+    assert wait_for(lambda: metrics(s.url)["vllm:num_requests_running"] == 1, 30)
     s.proc.send_signal(signal.SIGTERM)
     # Draining: new work and health get 503 while the stream is still going.
     assert wait_for(lambda: httpx.get(s.url + "/health", timeout=5).status_code == 503, 10)
@@ -256,7 +256,7 @@ def test_drain_lets_in_flight_requests_finish(new_server):
 
     t = threading.Thread(target=stream)
     t.start()
-    assert wait_for(lambda: metrics(s.url)["vpod_num_requests_running"] == 1, 30)
+    assert wait_for(lambda: metrics(s.url)["vllm:num_requests_running"] == 1, 30)
     s.proc.send_signal(signal.SIGINT)
     assert wait_for(lambda: httpx.get(s.url + "/health", timeout=5).status_code == 503, 10)
     assert t.is_alive(), "the request ended before the drain began; the test proves nothing"

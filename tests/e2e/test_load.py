@@ -16,21 +16,52 @@ import openai
 from conftest import MODEL_NAME, metrics, scrape, wait_for
 
 REQUIRED_METRICS = {
-    "vpod_num_requests_running": "gauge",
-    "vpod_num_requests_waiting": "gauge",
-    "vpod_kv_cache_usage_ratio": "gauge",
-    "vpod_prompt_tokens_total": "counter",
-    "vpod_generation_tokens_total": "counter",
-    "vpod_num_preemptions_total": "counter",
-    "vpod_time_to_first_token_seconds": "histogram",
-    "vpod_time_per_output_token_seconds": "histogram",
-    "vpod_e2e_request_latency_seconds": "histogram",
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:gpu_cache_usage_perc": "gauge",
+    "vllm:prompt_tokens_total": "counter",
+    "vllm:generation_tokens_total": "counter",
+    "vllm:num_preemptions_total": "counter",
+    "vllm:prefix_cache_queries_total": "counter",
+    "vllm:prefix_cache_hits_total": "counter",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:request_decode_time_seconds": "histogram",
+    "vllm:request_inference_time_seconds": "histogram",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+    "vllm:request_max_num_generation_tokens": "histogram",
+    "vllm:request_params_max_tokens": "histogram",
+    "vllm:iteration_tokens_total": "histogram",
 }
+
+# Every sample vLLM's Grafana dashboard queries (its 12 panels and its
+# model_name variable: examples/online_serving/prometheus_grafana/grafana.json
+# in vLLM), each with {model_name="$model_name"}; a _bucket also by le.
+GRAFANA_SAMPLES = [
+    "vllm:e2e_request_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_sum",
+    "vllm:e2e_request_latency_seconds_count", "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total", "vllm:time_per_output_token_seconds_bucket",
+    "vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count",
+    "vllm:num_requests_running", "vllm:num_requests_waiting",
+    "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count", "vllm:gpu_cache_usage_perc",
+    "vllm:request_prompt_tokens_bucket", "vllm:request_generation_tokens_bucket",
+    "vllm:request_success_total", "vllm:request_queue_time_seconds_sum",
+    "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
+    "vllm:request_max_num_generation_tokens_sum",
+]
 
 
 def idle(url):
     m = metrics(url)
-    return m["vpod_num_requests_running"] == 0 and m["vpod_num_requests_waiting"] == 0
+    return m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
 
 
 def test_metrics_page(url):
@@ -55,9 +86,30 @@ def test_metrics_page(url):
         assert counts[-1] == total[name + "_count"] >= 1
         assert total[name + "_sum"] >= 0
     m = metrics(url)
-    assert 0 <= m["vpod_kv_cache_usage_ratio"] <= 1
-    assert m["vpod_generation_tokens_total"] >= 3
-    assert all(name.startswith("vpod_") for name in families)
+    assert 0 <= m["vllm:kv_cache_usage_perc"] <= 1
+    assert m["vllm:generation_tokens_total"] >= 3
+    assert m['vllm:request_success_total{finished_reason="length"}'] >= 1
+    assert m["vllm:request_prefill_time_seconds_count"] >= 1
+    # vLLM's names for the engine, vpod_ for vpod's own series (steps, HTTP).
+    assert all(name.startswith(("vllm:", "vpod_")) for name in families)
+    # The engine's series carry vLLM's labels: the served model name and engine="0".
+    samples = [s for f in families.values() for s in f.samples]
+    for s in samples:
+        if s.name.startswith("vllm:") and s.name != "vllm:cache_config_info":
+            assert s.labels.get("model_name") == MODEL_NAME and s.labels.get("engine") == "0", s
+    # vLLM's info gauge: the KV cache's settings as labels (no model_name, as in vLLM).
+    info = [s for s in samples if s.name == "vllm:cache_config_info"]
+    assert len(info) == 1 and info[0].value == 1, info
+    assert info[0].labels["enable_prefix_caching"] in ("True", "False")
+    assert info[0].labels["engine"] == "0"
+    # `le` printed as Prometheus clients print it, so {le="0.1"} finds 0.1's bucket.
+    les = {s.labels["le"] for s in samples if s.name == "vllm:time_to_first_token_seconds_bucket"}
+    assert {"0.001", "0.1", "1.0", "2560.0", "+Inf"} <= les, les
+    for name in GRAFANA_SAMPLES:
+        assert any(s.name == name and s.labels.get("model_name") == MODEL_NAME and
+                   ("le" in s.labels) == name.endswith("_bucket") for s in samples), name
+    assert any(s.name == "vllm:request_success_total" and "finished_reason" in s.labels
+               for s in samples)
 
 
 def test_32_concurrent_streams(url):
@@ -84,7 +136,7 @@ def test_32_concurrent_streams(url):
                                           extra_body={"ignore_eos": True})
         assert alone.choices[0].text == results[i][0]
     after = metrics(url)
-    assert after["vpod_generation_tokens_total"] - before["vpod_generation_tokens_total"] >= 32 * 24
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] >= 32 * 24
     assert wait_for(lambda: idle(url), 30)
 
 
@@ -100,8 +152,8 @@ MAX_TOKENS_AFTER_DISCONNECT = 24
 def test_disconnect_aborts_and_frees(url):
     assert wait_for(lambda: idle(url), 30)
     before = metrics(url)
-    kv_idle = before["vpod_kv_cache_usage_ratio"]
-    abort_key = 'vpod_request_success_total{finished_reason="abort"}'
+    kv_idle = before["vllm:kv_cache_usage_perc"]
+    abort_key = 'vllm:request_success_total{finished_reason="abort"}'
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"prompt": "Tell me a long story", "max_tokens": 480, "ignore_eos": True,
                        "stream": True}).encode()
@@ -114,16 +166,16 @@ def test_disconnect_aborts_and_frees(url):
         assert chunk, "server closed early"
         got += chunk
     at_close = metrics(url)
-    assert at_close["vpod_num_requests_running"] == 1
-    assert at_close["vpod_kv_cache_usage_ratio"] > kv_idle  # the stream holds KV pages
+    assert at_close["vllm:num_requests_running"] == 1
+    assert at_close["vllm:kv_cache_usage_perc"] > kv_idle  # the stream holds KV pages
     s.close()
     # The abort lands within a step or so: nothing runs and KV usage is back
     # to its idle value.
     assert wait_for(lambda: idle(url), 5)
-    assert wait_for(lambda: metrics(url)["vpod_kv_cache_usage_ratio"] == kv_idle, 5)
+    assert wait_for(lambda: metrics(url)["vllm:kv_cache_usage_perc"] == kv_idle, 5)
     assert wait_for(lambda: metrics(url).get(abort_key, 0) == before.get(abort_key, 0) + 1, 5)
     after = metrics(url)
-    late = after["vpod_generation_tokens_total"] - at_close["vpod_generation_tokens_total"]
+    late = after["vllm:generation_tokens_total"] - at_close["vllm:generation_tokens_total"]
     assert late <= MAX_TOKENS_AFTER_DISCONNECT, f"{late} tokens generated after the disconnect"
     assert after["vpod_num_http_requests_in_flight"] <= 1  # this scrape
 
@@ -175,7 +227,7 @@ def test_soak_2000_mixed_requests(url):
     plan = [(rng.choice(kinds), rng.randrange(1, 7), rng.randrange(1 << 30))
             for _ in range(SOAK_REQUESTS)]
     assert wait_for(lambda: idle(url), 30)
-    kv_idle = metrics(url)["vpod_kv_cache_usage_ratio"]
+    kv_idle = metrics(url)["vllm:kv_cache_usage_perc"]
     deadline = time.monotonic() + SOAK_DEADLINE_S
     local = threading.local()  # one keep-alive client per worker, as real clients do
 
@@ -195,6 +247,6 @@ def test_soak_2000_mixed_requests(url):
     print(f"soak: {SOAK_REQUESTS} requests in {elapsed:.1f} s")
     assert wait_for(lambda: idle(url), 30)
     after = metrics(url)
-    assert after["vpod_kv_cache_usage_ratio"] == kv_idle
+    assert after["vllm:kv_cache_usage_perc"] == kv_idle
     assert after["vpod_num_http_requests_in_flight"] <= 1  # this scrape
     assert httpx.get(url + "/health", timeout=10).status_code == 200

@@ -66,8 +66,8 @@ def test_a_repeated_prompt_hits_the_cache_and_answers_the_same(url):
     assert 0 < cached(second) < n
     assert second["choices"][0]["text"] == first["choices"][0]["text"]
     after = metrics(url)
-    queries = after["vpod_prefix_cache_queries_total"] - before["vpod_prefix_cache_queries_total"]
-    hits = after["vpod_prefix_cache_hits_total"] - before["vpod_prefix_cache_hits_total"]
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
     assert queries >= 2 * n
     assert hits >= cached(second)
 
@@ -127,8 +127,8 @@ def test_no_enable_prefix_caching_never_hits_and_serves_the_same_text(new_server
     assert cached(first) == 0 and cached(second) == 0
     assert second["choices"][0]["text"] == first["choices"][0]["text"]
     m = metrics(off.url)
-    assert m["vpod_prefix_cache_queries_total"] == 0
-    assert m["vpod_prefix_cache_hits_total"] == 0
+    assert m["vllm:prefix_cache_queries_total"] == 0
+    assert m["vllm:prefix_cache_hits_total"] == 0
     # The caching server answers the same prompt with the same text, hit or not.
     on_first = complete(url, prompt)
     on_second = complete(url, prompt)

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <new>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -525,22 +527,67 @@ TEST(Engine, MetricsCountWhatHappened) {
   EXPECT_GT(rig.model.hybrid_forwards, 0);  // ten requests, eight slots: chunks meet decodes
   EXPECT_GT(rig.model.decode_only_forwards, 0);
 
-  const std::string text = format_prometheus(m);
-  for (const char* name :
-       {"vpod_num_requests_running 0", "vpod_num_requests_waiting 0", "vpod_kv_cache_usage_ratio 0",
-        "vpod_generation_tokens_total 50", "vpod_num_preemptions_total 0",
-        "vpod_time_to_first_token_seconds_count 10",
-        "vpod_time_per_output_token_seconds_bucket{le=\"+Inf\"} 10",
-        "vpod_e2e_request_latency_seconds_sum ",
-        "vpod_request_success_total{finished_reason=\"length\"} 10",
-        "# TYPE vpod_inter_token_latency_seconds histogram",
-        "vpod_step_phase_seconds_total{phase=\"forward\"}",
-        "# TYPE vpod_steps_by_kind_total counter", "vpod_hybrid_step_decodes_total ",
-        "vpod_step_host_seconds_total{overlap=\"hidden\"} ",
-        "vpod_step_host_seconds_total{overlap=\"exposed\"} "})
+  // Request-level histograms: one observation per finished request.
+  EXPECT_EQ(m.request_prefill_time_s.count, 10u);
+  EXPECT_EQ(m.request_decode_time_s.count, 10u);
+  EXPECT_EQ(m.request_inference_time_s.count, 10u);
+  EXPECT_EQ(m.request_prompt_tokens.count, 10u);
+  EXPECT_EQ(m.request_prompt_tokens.sum, prompt_tokens);
+  EXPECT_EQ(m.request_generation_tokens.sum, 50.0);
+  EXPECT_EQ(m.request_max_tokens.sum, 50.0);
+  // Every launched step's tokens: each prompt once (nothing was preempted)
+  // and the 4 decodes of each request after its first token.
+  ASSERT_EQ(m.num_preemptions, 0u);
+  EXPECT_EQ(m.iteration_tokens.count, m.num_steps);
+  EXPECT_EQ(m.iteration_tokens.sum, prompt_tokens + 40);
+
+  const std::string text = format_prometheus(m, "tiny");
+  const std::string labels = "{model_name=\"tiny\",engine=\"0\"}";
+  const std::string expected[] = {
+      "vllm:num_requests_running" + labels + " 0.0",
+      "vllm:num_requests_waiting" + labels + " 0.0",
+      "vllm:kv_cache_usage_perc" + labels + " 0.0",
+      "vllm:gpu_cache_usage_perc" + labels + " 0.0",
+      "vllm:generation_tokens_total" + labels + " 50",
+      "vllm:num_preemptions_total" + labels + " 0",
+      "vllm:time_to_first_token_seconds_count" + labels + " 10",
+      "vllm:request_time_per_output_token_seconds_bucket{model_name=\"tiny\",engine=\"0\",le="
+      "\"+Inf\"} 10",
+      "vllm:time_per_output_token_seconds_count" + labels + " 40",
+      "vllm:inter_token_latency_seconds_count" + labels + " 40",
+      "vllm:e2e_request_latency_seconds_sum" + labels + " ",
+      "vllm:request_prefill_time_seconds_count" + labels + " 10",
+      "vllm:request_decode_time_seconds_count" + labels + " 10",
+      "vllm:request_inference_time_seconds_count" + labels + " 10",
+      "vllm:request_queue_time_seconds_count" + labels + " 10",
+      "vllm:request_generation_tokens_sum" + labels + " 50.0",
+      "vllm:request_max_num_generation_tokens_count" + labels + " 10",
+      "vllm:request_params_max_tokens_count" + labels + " 10",
+      "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} "
+      "10",
+      std::string("# TYPE vllm:inter_token_latency_seconds histogram"),
+      std::string("# TYPE vllm:iteration_tokens_total histogram"),
+      std::string(
+          "vpod_step_phase_seconds_total{model_name=\"tiny\",engine=\"0\",phase=\"forward\"}"),
+      std::string("# TYPE vpod_steps_by_kind_total counter"),
+      "vpod_hybrid_step_decodes_total" + labels + " ",
+      std::string(
+          "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"hidden\"} "),
+      std::string(
+          "vpod_step_host_seconds_total{model_name=\"tiny\",engine=\"0\",overlap=\"exposed\"} ")};
+  for (const std::string& name : expected)
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
-  EXPECT_NE(text.find("vpod_prompt_tokens_total " + std::to_string(prompt_tokens)),
+  EXPECT_NE(text.find("vllm:prompt_tokens_total" + labels + " " + std::to_string(prompt_tokens)),
             std::string::npos);
+  // Every engine sample carries the labels; no engine series is left under vpod_'s old names.
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("#")) continue;
+    EXPECT_NE(line.find("{model_name=\"tiny\",engine=\"0\""), std::string::npos) << line;
+    EXPECT_TRUE(line.starts_with("vllm:") || line.starts_with("vpod_step") ||
+                line.starts_with("vpod_hybrid_step"))
+        << line;
+  }
 }
 
 TEST(Histogram, BucketsAreInclusiveUpperBounds) {
@@ -551,16 +598,61 @@ TEST(Histogram, BucketsAreInclusiveUpperBounds) {
   EXPECT_EQ(d.bucket_counts, (std::vector<std::uint64_t>{2, 2, 1}));
   EXPECT_EQ(d.count, 5u);
   EXPECT_DOUBLE_EQ(d.sum, 4.65);
-  MetricsSnapshot m;
+  MetricsSnapshot m = EngineMetrics().snapshot();
   m.time_to_first_token_s = d;
-  m.time_per_output_token_s = m.inter_token_latency_s = m.e2e_request_latency_s =
-      m.request_queue_time_s = m.step_duration_s = Histogram(bounds).snapshot();
-  const std::string text = format_prometheus(m);
-  EXPECT_NE(text.find("vpod_time_to_first_token_seconds_bucket{le=\"0.10000000000000001\"} 2"),
+  const std::string text = format_prometheus(m, "m");
+  // Cumulative counts, `le` as Prometheus clients print it, +Inf == _count.
+  for (const char* line :
+       {"vllm:time_to_first_token_seconds_bucket{model_name=\"m\",engine=\"0\","
+        "le=\"0.1\"} 2\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",engine=\"0\","
+        "le=\"1.0\"} 4\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",engine=\"0\","
+        "le=\"+Inf\"} 5\n",
+        "vllm:time_to_first_token_seconds_count{model_name=\"m\",engine=\"0\"} 5\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  EXPECT_EQ(text.find("0.10000000000000001"), std::string::npos);
+}
+
+TEST(Histogram, EngineHistogramsUseVllmBuckets) {
+  const MetricsSnapshot m = EngineMetrics(4096).snapshot();
+  EXPECT_EQ(m.time_to_first_token_s.upper_bounds.size(), 22u);
+  EXPECT_EQ(m.time_to_first_token_s.upper_bounds.back(), 2560.0);
+  EXPECT_EQ(m.inter_token_latency_s.upper_bounds.size(), 19u);
+  EXPECT_EQ(m.e2e_request_latency_s.upper_bounds.size(), 21u);
+  EXPECT_EQ(m.request_prefill_time_s.upper_bounds, m.e2e_request_latency_s.upper_bounds);
+  EXPECT_EQ(m.request_prompt_tokens.upper_bounds, buckets_1_2_5(4096));
+  EXPECT_EQ(m.iteration_tokens.upper_bounds.back(), 16384.0);
+}
+
+TEST(Histogram, Buckets125StopAtTheMaximum) {
+  EXPECT_EQ(buckets_1_2_5(100), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
+  EXPECT_EQ(buckets_1_2_5(4096),
+            (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000}));
+  EXPECT_EQ(buckets_1_2_5(1), (std::vector<double>{1}));
+}
+
+TEST(PrometheusFloat, PrintsWhatPythonsClientPrints) {
+  // Expected strings are prometheus_client 0.26's floatToGoString (repr based).
+  const std::pair<double, const char*> cases[] = {
+      {0.1, "0.1"},           {0.25, "0.25"},       {1.0, "1.0"},
+      {2560.0, "2560.0"},     {0.001, "0.001"},     {0.0001, "0.0001"},
+      {0.00001, "1e-05"},     {0.0005, "0.0005"},   {7.5, "7.5"},
+      {0.0, "0.0"},           {-2.5, "-2.5"},       {100000.0, "100000.0"},
+      {200000.0, "200000.0"}, {1000000.0, "1e+06"}, {1234567.5, "1.2345675e+06"},
+      {1e16, "1e+16"},        {2e13, "2e+13"},      {1.5e-7, "1.5e-07"},
+      {123.456, "123.456"},   {0.3, "0.3"},         {0.1 + 0.2, "0.30000000000000004"}};
+  for (const auto& [value, expected] : cases) EXPECT_EQ(prometheus_float(value), expected) << value;
+  EXPECT_EQ(prometheus_float(INFINITY), "+Inf");
+  EXPECT_EQ(prometheus_float(-INFINITY), "-Inf");
+  EXPECT_EQ(prometheus_float(NAN), "NaN");
+}
+
+TEST(PrometheusFloat, ModelNameIsEscaped) {
+  const std::string text = format_prometheus(EngineMetrics().snapshot(), "a\"b\\c\nd");
+  EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"a\\\"b\\\\c\\nd\",engine=\"0\"} 0.0"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("vpod_time_to_first_token_seconds_bucket{le=\"1\"} 4"), std::string::npos);
-  EXPECT_NE(text.find("vpod_time_to_first_token_seconds_bucket{le=\"+Inf\"} 5"), std::string::npos);
 }
 
 }  // namespace

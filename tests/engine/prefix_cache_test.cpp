@@ -291,10 +291,11 @@ TEST(PrefixCaching, UsageAndCountersReportTheHits) {
   const MetricsSnapshot m = rig.engine->metrics();
   EXPECT_EQ(m.prefix_cache_queries, 3 * 45);
   EXPECT_EQ(m.prefix_cache_hits, 40);
-  const std::string text = format_prometheus(m);
-  for (const char* line :
-       {"# TYPE vpod_prefix_cache_queries_total counter", "vpod_prefix_cache_queries_total 135",
-        "# TYPE vpod_prefix_cache_hits_total counter", "vpod_prefix_cache_hits_total 40"})
+  const std::string text = format_prometheus(m, "m");
+  for (const char* line : {"# TYPE vllm:prefix_cache_queries_total counter",
+                           "vllm:prefix_cache_queries_total{model_name=\"m\",engine=\"0\"} 135",
+                           "# TYPE vllm:prefix_cache_hits_total counter",
+                           "vllm:prefix_cache_hits_total{model_name=\"m\",engine=\"0\"} 40"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 }
 

@@ -640,10 +640,13 @@ TEST(HttpServer, DisconnectAbortsStream) {
   raw.close();
   // 400 tokens take 0.8 s; the abort lands within a few steps.
   EXPECT_TRUE(eventually([&] { return h.backend().num_running() == 0; }, 300ms));
-  EXPECT_TRUE(eventually(
-      [&] { return metric(c, "vpod_request_success_total{finished_reason=\"abort\"}") == 1; }));
+  EXPECT_TRUE(eventually([&] {
+    return metric(c,
+                  "vllm:request_success_total{model_name=\"scripted\",engine=\"0\","
+                  "finished_reason=\"abort\"}") == 1;
+  }));
   EXPECT_TRUE(eventually([&] { return h.server().num_active_generations() == 0; }));
-  EXPECT_EQ(metric(c, "vpod_kv_cache_usage_ratio"), 0);
+  EXPECT_EQ(metric(c, "vllm:kv_cache_usage_perc{model_name=\"scripted\",engine=\"0\"}"), 0);
 }
 
 TEST(HttpServer, DisconnectAbortsNonStreamedRequest) {
@@ -670,7 +673,8 @@ TEST(HttpServer, AStreamNobodyReadsIsAbortedAtItsBufferCap) {
       "/v1/completions",
       json({{"prompt", "long"}, {"max_tokens", 500}, {"n", 128}, {"stream", true}, {"logprobs", 2}})
           .dump());
-  const std::string abort_metric = "vpod_request_success_total{finished_reason=\"abort\"}";
+  const std::string abort_metric =
+      "vllm:request_success_total{model_name=\"scripted\",engine=\"0\",finished_reason=\"abort\"}";
   EXPECT_TRUE(eventually([&] { return metric(c, abort_metric) >= 1; }, 10s));
   EXPECT_TRUE(eventually([&] { return h.backend().num_running() == 0; }, 10s));
   EXPECT_TRUE(eventually([&] { return h.server().num_active_generations() == 0; }, 10s));

@@ -407,31 +407,91 @@ TEST(Metrics, EngineAndHttpMetricsInOnePage) {
   server.count_http_response(200);
   server.count_http_response(400);
   server.count_http_response(400);
-  const std::string text = render_metrics(engine_metrics.snapshot(), server);
+  const std::string text = render_metrics(engine_metrics.snapshot(), "org/model", {}, server);
   for (const char* name :
-       {"vpod_num_requests_running", "vpod_num_requests_waiting", "vpod_kv_cache_usage_ratio",
-        "vpod_prompt_tokens_total", "vpod_generation_tokens_total", "vpod_num_preemptions_total",
-        "vpod_time_to_first_token_seconds", "vpod_time_per_output_token_seconds",
-        "vpod_e2e_request_latency_seconds", "vpod_http_responses_total",
-        "vpod_num_http_requests_in_flight"}) {
+       {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds",
+        "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+        "vpod_http_responses_total", "vpod_num_http_requests_in_flight"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
   }
   const auto s = parse_prometheus(text);
-  EXPECT_EQ(s.at("vpod_num_requests_running"), 3);
-  EXPECT_EQ(s.at("vpod_kv_cache_usage_ratio"), 0.25);
-  // Cumulative buckets: 0.003 s counts from le=0.005 on (the engine prints
-  // bounds with %.17g, so look them up by value).
+  const std::string labels = "{model_name=\"org/model\",engine=\"0\"}";
+  EXPECT_EQ(s.at("vllm:num_requests_running" + labels), 3);
+  EXPECT_EQ(s.at("vllm:kv_cache_usage_perc" + labels), 0.25);
+  // Cumulative buckets: 0.003 s counts from le="0.005" on, `le` printed as
+  // vLLM (Prometheus's Python client) prints it.
   int buckets = 0;
-  const std::string bucket = "vpod_time_to_first_token_seconds_bucket{le=\"";
+  const std::string bucket =
+      "vllm:time_to_first_token_seconds_bucket{model_name=\"org/model\",engine=\"0\",le=\"";
   for (const auto& [key, value] : s) {
     if (key.rfind(bucket, 0) != 0) continue;
     ++buckets;
     const std::string le = key.substr(bucket.size(), key.size() - bucket.size() - 2);
     EXPECT_EQ(value, le == "+Inf" || std::stod(le) >= 0.005 ? 1 : 0) << key;
   }
-  EXPECT_GT(buckets, 10);
+  EXPECT_EQ(buckets, 23);
+  EXPECT_EQ(s.at(bucket + "0.005\"}"), 1);
+  EXPECT_EQ(s.at(bucket + "0.001\"}"), 0);
+  EXPECT_EQ(s.at(bucket + "1.0\"}"), 1);
+  EXPECT_EQ(text.find("vllm:cache_config_info"), std::string::npos);  // none given
   EXPECT_EQ(s.at("vpod_http_responses_total{status=\"400\"}"), 2);
   EXPECT_EQ(s.at("vpod_num_http_requests_in_flight"), 0);
+}
+
+// Every sample vLLM's Grafana dashboard queries: its 12 panels and its
+// model_name variable (label_values({__name__=~"vllm:.*"}, model_name)), from
+// examples/online_serving/prometheus_grafana/grafana.json in vLLM. Each
+// query selects {model_name="$model_name"}; the heatmaps and quantiles group
+// _bucket by le, the finish-reason panel groups by finished_reason.
+TEST(Metrics, EverySeriesOfVllmsGrafanaDashboardIsThere) {
+  const char* const dashboard[] = {"vllm:e2e_request_latency_seconds_bucket",
+                                   "vllm:e2e_request_latency_seconds_sum",
+                                   "vllm:e2e_request_latency_seconds_count",
+                                   "vllm:prompt_tokens_total",
+                                   "vllm:generation_tokens_total",
+                                   "vllm:time_per_output_token_seconds_bucket",
+                                   "vllm:time_per_output_token_seconds_sum",
+                                   "vllm:time_per_output_token_seconds_count",
+                                   "vllm:num_requests_running",
+                                   "vllm:num_requests_waiting",
+                                   "vllm:time_to_first_token_seconds_bucket",
+                                   "vllm:time_to_first_token_seconds_sum",
+                                   "vllm:time_to_first_token_seconds_count",
+                                   "vllm:gpu_cache_usage_perc",
+                                   "vllm:request_prompt_tokens_bucket",
+                                   "vllm:request_generation_tokens_bucket",
+                                   "vllm:request_success_total",
+                                   "vllm:request_queue_time_seconds_sum",
+                                   "vllm:request_prefill_time_seconds_sum",
+                                   "vllm:request_decode_time_seconds_sum",
+                                   "vllm:request_max_num_generation_tokens_sum"};
+  const std::string text = render_metrics(
+      engine::EngineMetrics(2048).snapshot(), "my-model",
+      {{"enable_prefix_caching", "True"}, {"gpu_memory_utilization", "0.9"}}, ServerMetrics());
+  const auto samples = parse_prometheus(text);
+  for (const std::string name : dashboard) {
+    const std::string selector = name + "{model_name=\"my-model\",engine=\"0\"";
+    bool found = false;
+    for (const auto& [key, value] : samples) {
+      if (!key.starts_with(selector)) continue;
+      const std::string rest = key.substr(selector.size());
+      if (name.ends_with("_bucket")) {
+        found = found || rest.starts_with(",le=\"");
+      } else if (name == "vllm:request_success_total") {
+        found = found || rest.starts_with(",finished_reason=\"");
+      } else {
+        found = found || rest == "}";
+      }
+    }
+    EXPECT_TRUE(found) << name << " with model_name=\"my-model\" is not in\n" << text;
+  }
+  // vLLM's info gauge: the settings as labels (and engine), value 1.
+  EXPECT_EQ(samples.at("vllm:cache_config_info{enable_prefix_caching=\"True\","
+                       "gpu_memory_utilization=\"0.9\",engine=\"0\"}"),
+            1.0);
+  EXPECT_NE(text.find("# TYPE vllm:cache_config_info gauge\n"), std::string::npos);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ if [ $ok = 1 ]; then
   VPOD_E2E_URL=http://127.0.0.1:8000 VPOD_E2E_MODEL=llama3-8b VPOD_E2E_MAX_MODEL_LEN=512 \
     timeout 200 python3 -m pytest -v -p no:cacheprovider --durations=5 tests/e2e/test_openai_client.py > $OUT/pytest.log 2>&1
   echo "pytest rc=$?"; cat $OUT/pytest.log | tail -60
-  python3 -c "import httpx; print('\n'.join(l for l in httpx.get('http://127.0.0.1:8000/metrics').text.splitlines() if l.startswith(('vpod_num_requests','vpod_kv_cache','vpod_generation_tokens','vpod_steps_total','vpod_step_phase','vpod_time_to_first_token_seconds_sum','vpod_time_to_first_token_seconds_count','vpod_time_per_output_token_seconds_sum','vpod_time_per_output_token_seconds_count'))))" | tee $OUT/metrics_after.txt
+  python3 -c "import httpx; print('\n'.join(l for l in httpx.get('http://127.0.0.1:8000/metrics').text.splitlines() if l.startswith(('vllm:num_requests','vllm:kv_cache','vllm:generation_tokens','vpod_steps_total','vpod_step_phase','vllm:time_to_first_token_seconds_sum','vllm:time_to_first_token_seconds_count','vllm:request_time_per_output_token_seconds_sum','vllm:request_time_per_output_token_seconds_count'))))" | tee $OUT/metrics_after.txt
 fi
 kill -TERM $pid 2>/dev/null
 for i in $(seq 1 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
