@@ -3,7 +3,8 @@
 // counter-based RNG, so a request's k-th token depends only on (seed, k) and
 // its logits: reproducible across batch composition and preemption.
 //
-// Order (vLLM's): suppressed ids -> -inf; repetition penalty over prompt and
+// Order (vLLM's): suppressed ids -> -inf; logit bias (l += bias, OpenAI's
+// logit_bias, before the penalties as in vLLM v1); repetition penalty over prompt and
 // output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
 // output ids (l -= presence * [count > 0] + frequency * count); logprobs are
 // log_softmax of these processed logits (before temperature); greedy
@@ -35,6 +36,13 @@ struct SamplingConfig {
   std::uint64_t seed = 0;
   std::uint64_t index = 0;   // which output token of the request this is
   int num_top_logprobs = 0;  // top-N logprobs to return
+};
+
+// One entry of a request's logit bias (OpenAI's logit_bias): added to the
+// token's logit before penalties, logprobs and the draw.
+struct LogitBias {
+  std::int32_t token = 0;
+  float bias = 0.0f;  // [-100, 100]
 };
 
 struct TokenLogprob {
@@ -74,18 +82,22 @@ struct SampleRequest {
   std::span<const std::int32_t> prompt_ids;
   std::span<const std::int32_t> output_ids;
   std::span<const std::int32_t> suppressed_ids;
+  std::span<const LogitBias> logit_bias;  // ids unique; out-of-vocab entries ignored
 };
 
 // Samples into `out` using `ws` (no allocation once both are sized).
 void sample(std::span<const float> logits, const SamplingConfig& config,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
-            std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& out);
+            std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
+            SamplingWorkspace& ws, SampleResult& out);
 
 // CPU reference (allocates its own workspace). `prompt_ids` and `output_ids`
-// feed the penalties; `suppressed_ids` are never sampled.
+// feed the penalties; `suppressed_ids` are never sampled; `logit_bias` is
+// added to its tokens' logits.
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
-                        std::span<const std::int32_t> suppressed_ids = {});
+                        std::span<const std::int32_t> suppressed_ids = {},
+                        std::span<const LogitBias> logit_bias = {});
 
 }  // namespace vpod::kernels

@@ -42,7 +42,8 @@ float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id) 
 
 void sample(std::span<const float> logits, const SamplingConfig& c,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
-            std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& r) {
+            std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
+            SamplingWorkspace& ws, SampleResult& r) {
   const int vocab = static_cast<int>(logits.size());
   VPOD_CHECK(vocab > 0);
   ws.reserve(vocab);
@@ -50,6 +51,9 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
   std::copy(logits.begin(), logits.end(), l);
   for (std::int32_t id : suppressed_ids) {
     if (id >= 0 && id < vocab) l[id] = -INFINITY;
+  }
+  for (const LogitBias& b : logit_bias) {
+    if (b.token >= 0 && b.token < vocab) l[b.token] += b.bias;
   }
 
   // Penalties. counts/flags are zero on entry and reset through `touched`.
@@ -179,10 +183,11 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
-                        std::span<const std::int32_t> suppressed_ids) {
+                        std::span<const std::int32_t> suppressed_ids,
+                        std::span<const LogitBias> logit_bias) {
   SamplingWorkspace ws(static_cast<int>(logits.size()));
   SampleResult r;
-  sample(logits, config, prompt_ids, output_ids, suppressed_ids, ws, r);
+  sample(logits, config, prompt_ids, output_ids, suppressed_ids, logit_bias, ws, r);
   return r;
 }
 
