@@ -259,7 +259,9 @@ TEST(CompletionParse, LogitBias) {
   auto bad = [](const json& bias, const std::string& needle) {
     auto r = completion({{"prompt", "x"}, {"logit_bias", bias}});
     expect_bad(r, "logit_bias");
-    if (!r.ok()) EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+    }
   };
   bad({{"1000", 1}}, "1000");  // outside the vocabulary [0, 1000)
   bad({{"-1", 1}}, "-1");

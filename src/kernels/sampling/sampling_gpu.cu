@@ -546,8 +546,9 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
           rows_storage[static_cast<std::size_t>(r)].num_entries +
                   rows_storage[static_cast<std::size_t>(s)].num_entries >
               0) {
-        // Penalties are applied in place: two requests on one row would race.
-        return invalid_argument("GpuSampler: two requests with penalties on one logits row");
+        // Penalties and biases are applied in place: two requests on one row would race.
+        return invalid_argument(
+            "GpuSampler: two requests with penalties or logit bias on one logits row");
       }
     }
   }
