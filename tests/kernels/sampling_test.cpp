@@ -142,6 +142,21 @@ TEST(Sampling, LogitBias) {
   }
 }
 
+// The largest uniform, 1 - 2^-25, stays below 1 (in float it rounded to 1,
+// giving +inf noise: a random token on about vocab / 2^24 of the draws, even
+// against a +100 bias). Found by search: ~2^24 ids on average.
+TEST(Sampling, LargestUniformStaysBelowOne) {
+  const double largest = 1.0 - 1.0 / 33554432.0;
+  std::int32_t id = 0;
+  while (id < (1 << 28) && sampling_uniform(3, 0, id) != largest) ++id;
+  ASSERT_LT(id, 1 << 28) << "no id draws the largest uniform";
+  EXPECT_LT(sampling_uniform(3, 0, id), 1.0);
+  EXPECT_TRUE(std::isfinite(sampling_gumbel(3, 0, id)));
+  EXPECT_GT(sampling_gumbel(3, 0, id), 17.0f);  // -log(-log(1 - 2^-25)) = 17.33
+  // So no noise reaches a +100 logit bias: g is in [-2.9, 17.4] for every u.
+  EXPECT_LT(sampling_gumbel(3, 0, id), 17.4f) << "id " << id;
+}
+
 TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   SamplingWorkspace ws(static_cast<int>(kLogits.size()));
   SampleResult out;

@@ -4,8 +4,8 @@
 // its logits: reproducible across batch composition and preemption.
 //
 // Order (vLLM's): suppressed ids -> -inf; logit bias (l += bias, OpenAI's
-// logit_bias, before the penalties as in vLLM v1); repetition penalty over prompt and
-// output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
+// logit_bias, before the penalties as in vLLM v1); repetition penalty over
+// prompt and output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
 // output ids (l -= presence * [count > 0] + frequency * count); logprobs are
 // log_softmax of these processed logits (before temperature); greedy
 // (temperature 0) takes the argmax (lowest id on ties); otherwise l /= T,
@@ -14,9 +14,10 @@
 // tokens whose probability is below min_p * p_max, and the token is
 // argmax(l_i + g_i) over the kept ids with g_i = -log(-log(u_i)),
 //   u_i = ((splitmix64(splitmix64(seed ^ splitmix64(index)) + id) >> 40) + 0.5) * 2^-24.
-// g_i and log(min_p) are computed in double and rounded to float, and the
-// float arithmetic is written without contractible a + b * c, so the GPU
-// sampler (sampling_gpu.h) reproduces the draws bit for bit.
+// u_i, g_i and log(min_p) are computed in double (g_i and log(min_p) then
+// rounded to float), and the float arithmetic is written without
+// contractible a + b * c, so the GPU sampler (sampling_gpu.h) reproduces the
+// draws bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -69,8 +70,8 @@ struct SamplingWorkspace {
   std::vector<std::int32_t> touched;  // ids whose counts/flags are set
 };
 
-// The uniform in (0, 1) of (seed, index, id) described above.
-float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
+// The uniform in (0, 1) of (seed, index, id) described above (exact in double).
+double sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
 // g = -log(-log(u)) of that uniform, in double, rounded to float.
 float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id);
 

@@ -67,8 +67,9 @@ constexpr int kMassDigits = 16;  // top-p descends 4 bits of the key per pass
 __device__ __forceinline__ float gumbel(std::uint64_t key, std::int32_t id) {
   const std::uint64_t bits =
       splitmix64(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
-  const float u = __fmul_rn(__fadd_rn(static_cast<float>(bits >> 40), 0.5f), 1.0f / 16777216.0f);
-  return static_cast<float>(-log(-log(static_cast<double>(u))));
+  // In double, where it is exact (in float the largest value rounds to 1).
+  const double u = __dmul_rn(__dadd_rn(static_cast<double>(bits >> 40), 0.5), 1.0 / 16777216.0);
+  return static_cast<float>(-log(-log(u)));
 }
 
 // Order-preserving map of a float to an unsigned key (larger float, larger
