@@ -80,6 +80,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
       return invalid_argument("prompt token id " + std::to_string(id) +
                               " is outside the vocabulary");
   }
+  for (const kernels::LogitBias& b : spec.sampling.logit_bias) {
+    if (config_.vocab_size > 0 && b.token >= config_.vocab_size)
+      return invalid_argument("logit_bias token id " + std::to_string(b.token) +
+                              " is outside the vocabulary");
+  }
 
   auto r = std::make_unique<Request>();
   r->sampling = spec.sampling;

@@ -40,6 +40,7 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
     request.prompt_ids = spec.token_ids.first(spec.num_prompt_tokens);
     request.output_ids = spec.token_ids.subspan(spec.num_prompt_tokens);
     request.suppressed_ids = spec.suppressed_ids;
+    request.logit_bias = p.logit_bias;
   }
   const std::span<kernels::SampleResult> results(results_.data(), samples.size());
   VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));

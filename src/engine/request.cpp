@@ -71,6 +71,24 @@ Status validate(const SamplingParams& p) {
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxTopLogprobs))
     return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
                             "], got " + std::to_string(*p.logprobs));
+  if (p.logit_bias.size() > static_cast<std::size_t>(kMaxLogitBiasEntries))
+    return invalid_argument("logit_bias may hold at most " + std::to_string(kMaxLogitBiasEntries) +
+                            " entries, got " + std::to_string(p.logit_bias.size()));
+  for (const kernels::LogitBias& b : p.logit_bias) {
+    if (b.token < 0)
+      return invalid_argument("logit_bias token id must be >= 0, got " + std::to_string(b.token));
+    if (!(std::fabs(b.bias) <= kMaxAbsLogitBias))
+      return invalid_argument("logit_bias of token " + std::to_string(b.token) +
+                              " must be in [-100, 100], got " + std::to_string(b.bias));
+  }
+  // Unique ids: the samplers add each entry once (a few hundred at most).
+  for (std::size_t i = 0; i < p.logit_bias.size(); ++i) {
+    for (std::size_t j = i + 1; j < p.logit_bias.size(); ++j) {
+      if (p.logit_bias[i].token == p.logit_bias[j].token)
+        return invalid_argument("logit_bias lists token " + std::to_string(p.logit_bias[i].token) +
+                                " twice");
+    }
+  }
   return {};
 }
 

@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "engine/stop_strings.h"
+#include "kernels/sampling/sampling.h"
 
 namespace vpod::engine {
 
@@ -52,6 +53,10 @@ std::string_view finish_reason_name(FinishReason reason);
 
 // Largest top-N logprobs count a request may ask for (OpenAI's top_logprobs cap).
 inline constexpr int kMaxTopLogprobs = 20;
+// Logit bias: at most this many entries per request (vLLM caps them too; the
+// sampler walks them every step), each bias in [-kMaxAbsLogitBias, kMaxAbsLogitBias].
+inline constexpr int kMaxLogitBiasEntries = 300;
+inline constexpr float kMaxAbsLogitBias = 100.0f;
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0 selects greedy decoding
@@ -66,6 +71,10 @@ struct SamplingParams {
   std::optional<std::uint64_t> seed;
   // Unset: no logprobs. 0: the sampled token's logprob only. N: plus the top N.
   std::optional<int> logprobs;
+  // OpenAI's logit_bias: added to the logits before penalties, logprobs and
+  // the draw (also greedy). Unique token ids; allocated at submission, the
+  // sampler reads it in place every step.
+  std::vector<kernels::LogitBias> logit_bias;
 
   bool greedy() const { return temperature == 0.0f; }
 };

@@ -249,7 +249,7 @@ class CpuBackend final : public Backend {
       if (r.row < 0 || r.row >= logits.size(0)) return out_of_range("sample: row out of range");
       const float* row = fp(logits) + r.row * logits.stride(0);
       kernels::sample(std::span<const float>(row, vocab), r.config, r.prompt_ids, r.output_ids,
-                      r.suppressed_ids, workspace_, out[i]);
+                      r.suppressed_ids, r.logit_bias, workspace_, out[i]);
     }
     return {};
   }

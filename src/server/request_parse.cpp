@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -183,6 +185,66 @@ class Fields {
 
 std::string model_field(Fields& f) { return f.string("model").value_or(""); }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}. Keys are
+// decimal token ids in [0, vocab_size) (vLLM: int(key)); a repeated id keeps
+// the last value, as a Python dict would.
+void parse_logit_bias(Fields& f, const json& v, const RequestLimits& limits,
+                      std::vector<kernels::LogitBias>& out) {
+  constexpr const char* kName = "logit_bias";
+  if (!v.is_object()) {
+    f.fail_type(kName, "an object mapping token ids to biases", v);
+    return;
+  }
+  if (v.size() > static_cast<std::size_t>(engine::kMaxLogitBiasEntries)) {
+    f.fail(bad_request(fmt::format("'logit_bias' may hold at most {} entries, got {}",
+                                   engine::kMaxLogitBiasEntries, v.size()),
+                       kName));
+    return;
+  }
+  out.reserve(v.size());
+  for (const auto& [key, value] : v.items()) {
+    // Decimal digits only (an optional leading '+' or '-' is what int() takes;
+    // a '-' id is out of range anyway).
+    std::int64_t id = -1;
+    const char* first = key.data();
+    const char* last = key.data() + key.size();
+    if (first != last && *first == '+') ++first;
+    const auto [end, ec] = std::from_chars(first, last, id);
+    if (key.empty() || ec != std::errc() || end != last) {
+      f.fail(bad_request(
+          fmt::format("'logit_bias' keys must be token ids (integers), got \"{}\"", key), kName));
+      return;
+    }
+    if (id < 0 || id >= limits.vocab_size) {
+      f.fail(bad_request(fmt::format("'logit_bias' token id {} is outside the vocabulary [0, {})",
+                                     id, limits.vocab_size),
+                         kName));
+      return;
+    }
+    if (!value.is_number()) {
+      f.fail(bad_request(fmt::format("'logit_bias' value of token {} must be a number, got {}", id,
+                                     type_name(value)),
+                         kName));
+      return;
+    }
+    const double bias = value.get<double>();
+    if (!(std::fabs(bias) <= engine::kMaxAbsLogitBias)) {
+      f.fail(bad_request(
+          fmt::format("'logit_bias' value of token {} must be in [-100, 100], got {}", id, bias),
+          kName));
+      return;
+    }
+    const auto token = static_cast<std::int32_t>(id);
+    auto same = std::find_if(out.begin(), out.end(),
+                             [&](const kernels::LogitBias& b) { return b.token == token; });
+    if (same != out.end()) {
+      same->bias = static_cast<float>(bias);
+    } else {
+      out.push_back({token, static_cast<float>(bias)});
+    }
+  }
+}
+
 // Sampling fields shared by completions and chat, besides max_tokens. A field
 // the request leaves out gets the engine's default (SamplingParams and
 // StopParams as default-constructed), the same defaults `vpod generate` uses.
@@ -251,8 +313,9 @@ void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingPara
   stop_params.include_stop_str_in_output =
       f.boolean("include_stop_str_in_output", stop_defaults.include_stop_str_in_output);
 
+  if (const json* bias = f.find("logit_bias")) parse_logit_bias(f, *bias, limits, s.logit_bias);
+
   f.string("user");  // type-checked, otherwise unused
-  f.unsupported("logit_bias", "logit bias");
   f.unsupported("use_beam_search", "beam search");
   f.unsupported("prompt_logprobs", "prompt logprobs");
   f.unsupported("allowed_token_ids", "allowed token ids");

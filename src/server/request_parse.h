@@ -9,7 +9,7 @@
 // - unknown fields are ignored; a known field with the wrong type or out of
 //   range is a 400 naming the field; `null` means "not given";
 // - known features vpod does not implement (tools, response_format other than
-//   text, logit_bias, suffix, best_of > n, ...) are a 400 saying so.
+//   text, suffix, best_of > n, ...) are a 400 saying so.
 #pragma once
 
 #include <cstdint>

@@ -58,10 +58,14 @@ class EngineStackTest : public ::testing::Test {
   }
 
   // Greedy tokens of one request (the prompt spans two prefill chunks).
-  static std::vector<std::int32_t> greedy(EngineStack& stack, std::string* text = nullptr) {
+  static std::vector<std::int32_t> greedy(EngineStack& stack, std::string* text = nullptr,
+                                          std::vector<kernels::LogitBias> bias = {},
+                                          std::vector<float>* logprobs = nullptr) {
     RequestSpec spec;
     for (int i = 0; i < 40; ++i) spec.prompt_token_ids.push_back(100 + 7 * i);
     spec.sampling.temperature = 0.0f;
+    spec.sampling.logit_bias = std::move(bias);
+    if (logprobs != nullptr) spec.sampling.logprobs = 0;
     spec.stop.max_tokens = 12;
     spec.stop.ignore_eos = true;
     auto stream = stack.engine().submit(std::move(spec));
@@ -71,6 +75,9 @@ class EngineStackTest : public ::testing::Test {
     for (bool finished = false; !finished;) {
       if (!(*stream)->pop(out, std::chrono::milliseconds(1000))) continue;
       tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
+      if (logprobs != nullptr) {
+        for (const SampledToken& t : out.logprobs) logprobs->push_back(t.logprob);
+      }
       if (text != nullptr) *text += out.text;
       finished = out.finished;
     }
@@ -164,6 +171,49 @@ TEST_F(EngineStackTest, WithoutATokenizerStreamsIdsOnlyAndShowsTheLogits) {
   ASSERT_EQ(num_rows, 12);  // one sampled row per generated token
   for (int i = 0; i < num_rows; ++i) num_argmax_equal += argmax[i] == tokens[i];
   EXPECT_EQ(num_argmax_equal, 12);  // greedy picks each row's largest logit
+}
+
+// logit_bias through the real CPU sampler: +100 forces a token on every
+// step, -100 on the greedy choices bans them, and logprobs are those of the
+// biased distribution (the forced token's is ~0).
+TEST_F(EngineStackTest, LogitBiasForcesAndBansTokens) {
+  auto stack = EngineStack::build(options());
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  const std::vector<std::int32_t> plain = greedy(**stack);
+  ASSERT_EQ(plain.size(), 12u);
+  std::int32_t forced = 3;
+  while (std::find(plain.begin(), plain.end(), forced) != plain.end()) ++forced;
+  std::vector<float> logprobs;
+  const std::vector<std::int32_t> all_forced =
+      greedy(**stack, nullptr, {{forced, 100.0f}}, &logprobs);
+  EXPECT_EQ(all_forced, std::vector<std::int32_t>(12, forced));
+  ASSERT_EQ(logprobs.size(), 12u);
+  for (float lp : logprobs) EXPECT_GT(lp, -1e-3f);
+
+  std::vector<kernels::LogitBias> ban;
+  for (std::int32_t t : plain) {
+    if (std::none_of(ban.begin(), ban.end(), [&](const auto& b) { return b.token == t; }))
+      ban.push_back({t, -100.0f});
+  }
+  const std::vector<std::int32_t> banned = greedy(**stack, nullptr, ban);
+  ASSERT_EQ(banned.size(), 12u);
+  for (std::int32_t t : banned)
+    EXPECT_EQ(std::find(plain.begin(), plain.end(), t), plain.end()) << "banned token " << t;
+
+  // The engine refuses an id outside the vocabulary and a bias out of range.
+  const int vocab = (*stack)->model().config().vocab_size;
+  for (const kernels::LogitBias& bad :
+       {kernels::LogitBias{vocab, 1.0f}, kernels::LogitBias{-1, 1.0f},
+        kernels::LogitBias{5, 101.0f}}) {
+    RequestSpec spec;
+    spec.prompt_token_ids = {1, 2, 3};
+    spec.sampling.logit_bias = {bad};
+    auto refused = (*stack)->engine().submit(std::move(spec));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::invalid_argument);
+    EXPECT_NE(refused.status().message().find("logit_bias"), std::string::npos)
+        << refused.status().to_string();
+  }
 }
 
 // The prefix cache's model salt names the config's bytes and the KV dtype.

@@ -4,6 +4,7 @@
 // float rounding; the same top-N ids.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -41,12 +42,13 @@ struct Config {
   std::string name;
   SamplingConfig c;
   bool penalties = false;
+  bool bias = false;  // logit_bias: +100 on one id, -100 on the row's argmax, small ones
 };
 
 std::vector<Config> configs() {
   std::vector<Config> v;
-  auto add = [&](std::string name, auto fill, bool penalties = false) {
-    Config c{std::move(name), {}, penalties};
+  auto add = [&](std::string name, auto fill, bool penalties = false, bool bias = false) {
+    Config c{std::move(name), {}, penalties, bias};
     fill(c.c);
     v.push_back(c);
   };
@@ -93,7 +95,38 @@ std::vector<Config> configs() {
         c.frequency_penalty = 1.0f;
       },
       true);
+  add(
+      "bias_greedy", [](SamplingConfig& c) { c.temperature = 0.0f; }, false, true);
+  add(
+      "bias_penalties_top5",
+      [](SamplingConfig& c) {
+        c.temperature = 0.8f;
+        c.repetition_penalty = 1.3f;
+        c.frequency_penalty = 0.5f;
+        c.top_k = 100;
+        c.num_top_logprobs = 5;
+      },
+      true, true);
   return v;
+}
+
+// A row's logit bias: -100 on its argmax, a few small biases (some on
+// penalized or suppressed ids) and, on odd seeds, +100 on a mid-vocab id.
+std::vector<LogitBias> make_bias(const std::vector<float>& row, int seed) {
+  const int vocab = static_cast<int>(row.size());
+  const auto argmax =
+      static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  std::vector<LogitBias> b = {{argmax, -100.0f}};
+  for (std::int32_t id : {2, 5, 7, 42 % vocab, 3 * seed + 11}) {
+    if (id != argmax && id < vocab) b.push_back({id, 1.5f - 0.25f * static_cast<float>(id % 13)});
+  }
+  const auto forced = static_cast<std::int32_t>((vocab / 2 + 17 * seed) % vocab);
+  if (seed % 2 == 1 && forced != argmax && forced != 2 && forced != 0) {
+    bool taken = false;
+    for (const LogitBias& x : b) taken |= x.token == forced;
+    if (!taken) b.push_back({forced, 100.0f});
+  }
+  return b;
 }
 
 void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
@@ -106,6 +139,7 @@ void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
     std::vector<std::int32_t> prompt = {1, 5, 5, 9, 100, static_cast<std::int32_t>(vocab - 1)};
     std::vector<std::int32_t> output = {5, 7, 7, 7, 42, 3 % vocab};
     std::vector<std::int32_t> suppressed = {0, 2};
+    std::vector<std::vector<LogitBias>> biases(kSeeds);
     for (int s = 0; s < kSeeds; ++s) {
       originals.push_back(make_logits(vocab, shape, 1000u * shape_id + static_cast<unsigned>(s)));
       rows.insert(rows.end(), originals.back().begin(), originals.back().end());
@@ -119,19 +153,25 @@ void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
         r.output_ids = output;
         r.suppressed_ids = suppressed;
       }
+      if (cfg.bias) {
+        biases[static_cast<std::size_t>(s)] = make_bias(originals.back(), s);
+        r.logit_bias = biases[static_cast<std::size_t>(s)];
+      }
       requests.push_back(r);
     }
     auto dev = cuda::DeviceBuffer::allocate(rows.size() * sizeof(float));
     ASSERT_TRUE(dev.ok());
     dev->copy_from_host(rows.data(), rows.size() * sizeof(float));
     const TensorView logits(dev->data(), DType::f32, {kSeeds, vocab}, Device::cuda);
-    std::vector<SampleResult> got(kSeeds);
+    // Poisoned: a result the sampler does not write shows up as a mismatch.
+    std::vector<SampleResult> got(kSeeds, SampleResult{-7, NAN, {}});
     const Status st = sampler.sample(logits, requests, nullptr, got);
     ASSERT_TRUE(st.ok()) << st.to_string();
     for (int s = 0; s < kSeeds; ++s) {
       const SampleRequest& r = requests[static_cast<std::size_t>(s)];
-      const SampleResult want = sample_ref(originals[static_cast<std::size_t>(s)], r.config,
-                                           r.prompt_ids, r.output_ids, r.suppressed_ids);
+      const SampleResult want =
+          sample_ref(originals[static_cast<std::size_t>(s)], r.config, r.prompt_ids, r.output_ids,
+                     r.suppressed_ids, r.logit_bias);
       const std::string where = cfg.name + " vocab " + std::to_string(vocab) + " shape " +
                                 std::to_string(shape_id) + " seed " + std::to_string(s);
       EXPECT_EQ(got[s].token, want.token) << where;

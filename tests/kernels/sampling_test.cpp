@@ -100,6 +100,63 @@ TEST(Sampling, PenaltiesAndSuppression) {
   EXPECT_EQ(sample_ref(kLogits, c, prompt, {}).token, 4);
 }
 
+// logit_bias is added before penalties and logprobs: +100 forces a token,
+// -100 bans the argmax, and the logprobs are of the biased distribution.
+TEST(Sampling, LogitBias) {
+  SamplingConfig c;
+  c.temperature = 0.0f;
+  c.num_top_logprobs = 2;
+  const std::vector<LogitBias> force = {{5, 100.0f}};  // the least likely token
+  SampleResult r = sample_ref(kLogits, c, {}, {}, {}, force);
+  EXPECT_EQ(r.token, 5);
+  EXPECT_NEAR(r.logprob, 0.0f, 1e-6f);
+  EXPECT_EQ(r.top[0].token, 5);
+  const std::vector<LogitBias> ban = {{1, -100.0f}};
+  r = sample_ref(kLogits, c, {}, {}, {}, ban);
+  EXPECT_EQ(r.token, 4);
+  std::vector<float> biased = kLogits;
+  biased[1] -= 100.0f;
+  double z = 0;
+  for (float l : biased) z += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(r.logprob, 2.9 - std::log(z), 1e-5);
+  EXPECT_NEAR(r.top[1].logprob, 2.0 - std::log(z), 1e-5);
+  // A small bias moves the draw: 2.9 + 0.2 > 3.0.
+  EXPECT_EQ(sample_ref(kLogits, c, {}, {}, {}, std::vector<LogitBias>{{4, 0.2f}}).token, 4);
+  // Suppression wins over any bias.
+  const std::vector<std::int32_t> suppressed = {5};
+  EXPECT_NE(sample_ref(kLogits, c, {}, {}, suppressed, force).token, 5);
+  // The bias comes before the repetition penalty (vLLM v1's order).
+  c.repetition_penalty = 2.0f;
+  const std::vector<std::int32_t> history = {0};
+  const std::vector<LogitBias> lift = {{0, 6.0f}};  // (1 + 6) / 2 = 3.5 > 3.0: 0 wins
+  EXPECT_EQ(sample_ref(kLogits, c, history, {}, {}, lift).token, 0);
+  const std::vector<LogitBias> less = {{0, 4.0f}};  // (1 + 4) / 2 = 2.5 < 3.0: 1 wins
+  EXPECT_EQ(sample_ref(kLogits, c, history, {}, {}, less).token, 1);
+  // Random draws: +100 forces the token whatever the seed; -100 removes it.
+  c.repetition_penalty = 1.0f;
+  c.temperature = 1.0f;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    c.index = i;
+    EXPECT_EQ(sample_ref(kLogits, c, {}, {}, {}, force).token, 5);
+    EXPECT_NE(sample_ref(kLogits, c, {}, {}, {}, ban).token, 1);
+  }
+}
+
+// The largest uniform, 1 - 2^-25, stays below 1 (in float it rounded to 1,
+// giving +inf noise: a random token on about vocab / 2^24 of the draws, even
+// against a +100 bias). Found by search: ~2^24 ids on average.
+TEST(Sampling, LargestUniformStaysBelowOne) {
+  const double largest = 1.0 - 1.0 / 33554432.0;
+  std::int32_t id = 0;
+  while (id < (1 << 28) && sampling_uniform(3, 0, id) != largest) ++id;
+  ASSERT_LT(id, 1 << 28) << "no id draws the largest uniform";
+  EXPECT_LT(sampling_uniform(3, 0, id), 1.0);
+  EXPECT_TRUE(std::isfinite(sampling_gumbel(3, 0, id)));
+  EXPECT_GT(sampling_gumbel(3, 0, id), 17.0f);  // -log(-log(1 - 2^-25)) = 17.33
+  // So no noise reaches a +100 logit bias: g is in [-2.9, 17.4] for every u.
+  EXPECT_LT(sampling_gumbel(3, 0, id), 17.4f) << "id " << id;
+}
+
 TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   SamplingWorkspace ws(static_cast<int>(kLogits.size()));
   SampleResult out;
@@ -108,7 +165,7 @@ TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   penalized.repetition_penalty = 2.0f;
   penalized.frequency_penalty = 1.0f;
   const std::vector<std::int32_t> history = {1, 4, 4, 2};
-  sample(kLogits, penalized, history, history, {}, ws, out);
+  sample(kLogits, penalized, history, history, {}, {}, ws, out);
   EXPECT_EQ(out.token, sample_ref(kLogits, penalized, history, history).token);
   // The next call, with no penalties, sees none of the previous one's counts.
   SamplingConfig plain;
@@ -117,7 +174,7 @@ TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   plain.num_top_logprobs = 2;
   for (std::uint64_t i = 0; i < 20; ++i) {
     plain.index = i;
-    sample(kLogits, plain, {}, {}, {}, ws, out);
+    sample(kLogits, plain, {}, {}, {}, {}, ws, out);
     const SampleResult want = sample_ref(kLogits, plain, {}, {});
     EXPECT_EQ(out.token, want.token);
     ASSERT_EQ(out.top.size(), 2u);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -217,7 +218,6 @@ TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
     }
   };
   check({{"response_format", {{"type", "json_object"}}}}, "response_format");
-  check({{"logit_bias", {{"5", 10}}}}, "logit_bias");
   check({{"suffix", "end"}}, "suffix");
   check({{"best_of", 3}}, "best_of");
   check({{"echo", true}, {"logprobs", 2}}, "echo");
@@ -231,6 +231,58 @@ TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
                           {"use_beam_search", false},
                           {"suffix", ""}})
                   .ok());
+}
+
+TEST(CompletionParse, LogitBias) {
+  auto r = completion({{"prompt", "x"}, {"logit_bias", {{"5", 10}, {"999", -100}, {"0", 0.5}}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  std::map<std::int32_t, float> got;
+  for (const kernels::LogitBias& b : r->sampling.logit_bias) got[b.token] = b.bias;
+  EXPECT_EQ(got, (std::map<std::int32_t, float>{{0, 0.5f}, {5, 10.0f}, {999, -100.0f}}));
+  EXPECT_EQ(r->sampling.logit_bias.size(), 3u);
+  // "7" and "+7" name one token: the later value wins, as in a Python dict.
+  auto dup = parse_completion_request(R"({"prompt":"x","logit_bias":{"7":1,"+7":2}})", limits());
+  ASSERT_TRUE(dup.ok()) << dup.error().message;
+  ASSERT_EQ(dup->sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(dup->sampling.logit_bias[0].bias, 2.0f);
+  // Chat takes it too.
+  auto c =
+      chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"logit_bias", {{"3", 1}}}});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(c->sampling.logit_bias[0].token, 3);
+  // null and {} are no bias.
+  auto none = completion({{"prompt", "x"}, {"logit_bias", nullptr}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->sampling.logit_bias.empty());
+
+  auto bad = [](const json& bias, const std::string& needle) {
+    auto r = completion({{"prompt", "x"}, {"logit_bias", bias}});
+    expect_bad(r, "logit_bias");
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+    }
+  };
+  bad({{"1000", 1}}, "1000");  // outside the vocabulary [0, 1000)
+  bad({{"-1", 1}}, "-1");
+  bad({{"abc", 1}}, "abc");
+  bad({{"5x", 1}}, "5x");
+  bad({{"", 1}}, "token ids");
+  bad({{"1.5", 1}}, "1.5");
+  bad({{"99999999999999999999", 1}}, "99999999999999999999");
+  bad({{"5", 100.5}}, "[-100, 100]");
+  bad({{"5", -101}}, "[-100, 100]");
+  bad({{"5", "1"}}, "a number");
+  bad({{"5", nullptr}}, "a number");
+  bad(json::array({1, 2}), "an object");
+  bad("5", "an object");
+  json many = json::object();
+  for (int i = 0; i <= engine::kMaxLogitBiasEntries; ++i) many[std::to_string(i)] = 1;
+  bad(many, "at most 300");
+  many.erase("0");
+  auto limit = completion({{"prompt", "x"}, {"logit_bias", many}});
+  ASSERT_TRUE(limit.ok()) << limit.error().message;
+  EXPECT_EQ(limit->sampling.logit_bias.size(), 300u);
 }
 
 TEST(CompletionParse, StreamOptionsNeedStream) {

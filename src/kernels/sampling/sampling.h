@@ -3,8 +3,9 @@
 // counter-based RNG, so a request's k-th token depends only on (seed, k) and
 // its logits: reproducible across batch composition and preemption.
 //
-// Order (vLLM's): suppressed ids -> -inf; repetition penalty over prompt and
-// output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
+// Order (vLLM's): suppressed ids -> -inf; logit bias (l += bias, OpenAI's
+// logit_bias, before the penalties as in vLLM v1); repetition penalty over
+// prompt and output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
 // output ids (l -= presence * [count > 0] + frequency * count); logprobs are
 // log_softmax of these processed logits (before temperature); greedy
 // (temperature 0) takes the argmax (lowest id on ties); otherwise l /= T,
@@ -13,9 +14,10 @@
 // tokens whose probability is below min_p * p_max, and the token is
 // argmax(l_i + g_i) over the kept ids with g_i = -log(-log(u_i)),
 //   u_i = ((splitmix64(splitmix64(seed ^ splitmix64(index)) + id) >> 40) + 0.5) * 2^-24.
-// g_i and log(min_p) are computed in double and rounded to float, and the
-// float arithmetic is written without contractible a + b * c, so the GPU
-// sampler (sampling_gpu.h) reproduces the draws bit for bit.
+// u_i, g_i and log(min_p) are computed in double (g_i and log(min_p) then
+// rounded to float), and the float arithmetic is written without
+// contractible a + b * c, so the GPU sampler (sampling_gpu.h) reproduces the
+// draws bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,13 @@ struct SamplingConfig {
   std::uint64_t seed = 0;
   std::uint64_t index = 0;   // which output token of the request this is
   int num_top_logprobs = 0;  // top-N logprobs to return
+};
+
+// One entry of a request's logit bias (OpenAI's logit_bias): added to the
+// token's logit before penalties, logprobs and the draw.
+struct LogitBias {
+  std::int32_t token = 0;
+  float bias = 0.0f;  // [-100, 100]
 };
 
 struct TokenLogprob {
@@ -61,8 +70,8 @@ struct SamplingWorkspace {
   std::vector<std::int32_t> touched;  // ids whose counts/flags are set
 };
 
-// The uniform in (0, 1) of (seed, index, id) described above.
-float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
+// The uniform in (0, 1) of (seed, index, id) described above (exact in double).
+double sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id);
 // g = -log(-log(u)) of that uniform, in double, rounded to float.
 float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id);
 
@@ -74,18 +83,22 @@ struct SampleRequest {
   std::span<const std::int32_t> prompt_ids;
   std::span<const std::int32_t> output_ids;
   std::span<const std::int32_t> suppressed_ids;
+  std::span<const LogitBias> logit_bias;  // ids unique; out-of-vocab entries ignored
 };
 
 // Samples into `out` using `ws` (no allocation once both are sized).
 void sample(std::span<const float> logits, const SamplingConfig& config,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
-            std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& out);
+            std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
+            SamplingWorkspace& ws, SampleResult& out);
 
 // CPU reference (allocates its own workspace). `prompt_ids` and `output_ids`
-// feed the penalties; `suppressed_ids` are never sampled.
+// feed the penalties; `suppressed_ids` are never sampled; `logit_bias` is
+// added to its tokens' logits.
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
-                        std::span<const std::int32_t> suppressed_ids = {});
+                        std::span<const std::int32_t> suppressed_ids = {},
+                        std::span<const LogitBias> logit_bias = {});
 
 }  // namespace vpod::kernels

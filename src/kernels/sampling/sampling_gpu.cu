@@ -25,11 +25,12 @@ namespace {
 constexpr std::int32_t kSeen = 1;        // in prompt or output: repetition penalty
 constexpr std::int32_t kSuppressed = 2;  // never sampled
 
-// One token id the penalties or suppression touch (unique per row).
+// One token id the penalties, suppression or logit bias touch (unique per row).
 struct PenaltyEntry {
   std::int32_t id;
   std::int32_t count;  // occurrences in the output (presence/frequency), 0 if off
   std::int32_t flags;  // kSeen | kSuppressed
+  float bias;          // logit_bias of the id, 0 if none
 };
 
 struct RowParams {
@@ -66,8 +67,9 @@ constexpr int kMassDigits = 16;  // top-p descends 4 bits of the key per pass
 __device__ __forceinline__ float gumbel(std::uint64_t key, std::int32_t id) {
   const std::uint64_t bits =
       splitmix64(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
-  const float u = __fmul_rn(__fadd_rn(static_cast<float>(bits >> 40), 0.5f), 1.0f / 16777216.0f);
-  return static_cast<float>(-log(-log(static_cast<double>(u))));
+  // In double, where it is exact (in float the largest value rounds to 1).
+  const double u = __dmul_rn(__dadd_rn(static_cast<double>(bits >> 40), 0.5), 1.0 / 16777216.0);
+  return static_cast<float>(-log(-log(u)));
 }
 
 // Order-preserving map of a float to an unsigned key (larger float, larger
@@ -181,11 +183,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   float* l = p.logits;
   const int vocab = sp.vocab;
 
-  // Penalties and suppression, in place (sample()'s arithmetic, unfused).
+  // Suppression, logit bias and penalties, in place (sample()'s arithmetic, unfused).
   for (int e = threadIdx.x; e < p.num_entries; e += kThreads) {
     const PenaltyEntry pe = sp.entries[p.entries_begin + e];
     float v = l[pe.id];
     if ((pe.flags & kSuppressed) != 0) v = -INFINITY;
+    if (pe.bias != 0.0f) v = __fadd_rn(v, pe.bias);
     if ((pe.flags & kSeen) != 0) {
       v = v > 0 ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
     }
@@ -430,6 +433,7 @@ struct GpuSampler::Impl {
   // Host scratch for building the penalty entries (zero between rows).
   std::vector<std::int32_t> counts;
   std::vector<std::int32_t> flags;
+  std::vector<float> biases;
   std::vector<std::int32_t> touched;
   std::vector<PenaltyEntry> entries;
   std::vector<RowParams> rows;  // [max_rows]
@@ -447,6 +451,7 @@ Result<std::unique_ptr<GpuSampler>> GpuSampler::create(int max_rows, int vocab_s
   impl->vocab = vocab_size;
   impl->counts.assign(static_cast<std::size_t>(vocab_size), 0);
   impl->flags.assign(static_cast<std::size_t>(vocab_size), 0);
+  impl->biases.assign(static_cast<std::size_t>(vocab_size), 0.0f);
   impl->touched.reserve(static_cast<std::size_t>(vocab_size));
   impl->rows.resize(static_cast<std::size_t>(max_rows));
   const std::size_t out_bytes = static_cast<std::size_t>(max_rows) * sizeof(RowResult);
@@ -487,7 +492,7 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
     const std::size_t begin = m.entries.size();
     m.touched.clear();
     auto touch = [&](std::int32_t id) {
-      if (m.counts[id] == 0 && m.flags[id] == 0) m.touched.push_back(id);
+      if (m.counts[id] == 0 && m.flags[id] == 0 && m.biases[id] == 0.0f) m.touched.push_back(id);
     };
     if (c.repetition_penalty != 1.0f) {
       for (auto ids : {q.prompt_ids, q.output_ids}) {
@@ -510,10 +515,16 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
       touch(id);
       m.flags[id] |= kSuppressed;
     }
+    for (const LogitBias& b : q.logit_bias) {
+      if (b.token < 0 || b.token >= m.vocab || b.bias == 0.0f) continue;
+      touch(b.token);
+      m.biases[b.token] = b.bias;  // ids are unique (SampleRequest); the last one wins otherwise
+    }
     for (std::int32_t id : m.touched) {
-      m.entries.push_back({id, m.counts[id], m.flags[id]});
+      m.entries.push_back({id, m.counts[id], m.flags[id], m.biases[id]});
       m.counts[id] = 0;
       m.flags[id] = 0;
+      m.biases[id] = 0.0f;
     }
     RowParams& rp = rows_storage[static_cast<std::size_t>(r)];
     rp.logits = static_cast<float*>(logits.data()) + q.row * logits.stride(0);
@@ -536,8 +547,9 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
           rows_storage[static_cast<std::size_t>(r)].num_entries +
                   rows_storage[static_cast<std::size_t>(s)].num_entries >
               0) {
-        // Penalties are applied in place: two requests on one row would race.
-        return invalid_argument("GpuSampler: two requests with penalties on one logits row");
+        // Penalties and biases are applied in place: two requests on one row would race.
+        return invalid_argument(
+            "GpuSampler: two requests with penalties or logit bias on one logits row");
       }
     }
   }

@@ -40,8 +40,8 @@ class GpuSampler {
   GpuSampler& operator=(const GpuSampler&) = delete;
 
   // Samples each request's row of `logits` ([rows, vocab] fp32 on the GPU,
-  // row stride free). Penalties and suppression are applied to those rows in
-  // place. Enqueued on `stream`, then waits for the results. `out` has one
+  // row stride free). Suppression, logit bias and penalties are applied to
+  // those rows in place. Enqueued on `stream`, then waits for the results. `out` has one
   // entry per request (its `top` keeps its capacity: no allocation once
   // reserved to kMaxGpuTopLogprobs).
   Status sample(const TensorView& logits, std::span<const SampleRequest> requests,

@@ -28,21 +28,24 @@ void SamplingWorkspace::reserve(int vocab_size) {
   touched.reserve(n);
 }
 
-float sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id) {
+double sampling_uniform(std::uint64_t seed, std::uint64_t index, std::int32_t id) {
   const std::uint64_t key = splitmix64(seed ^ splitmix64(index));
   const std::uint64_t bits =
       splitmix64(key + static_cast<std::uint64_t>(static_cast<std::uint32_t>(id)));
-  return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  // In double, where it is exact: in float, 2^24 - 1 + 0.5 rounds to 2^24,
+  // u to 1 and the Gumbel noise to +inf (a uniformly random token on about
+  // vocab / 2^24 of the draws, whatever the logits).
+  return (static_cast<double>(bits >> 40) + 0.5) * (1.0 / 16777216.0);
 }
 
 float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id) {
-  const double u = sampling_uniform(seed, index, id);
-  return static_cast<float>(-std::log(-std::log(u)));
+  return static_cast<float>(-std::log(-std::log(sampling_uniform(seed, index, id))));
 }
 
 void sample(std::span<const float> logits, const SamplingConfig& c,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
-            std::span<const std::int32_t> suppressed_ids, SamplingWorkspace& ws, SampleResult& r) {
+            std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
+            SamplingWorkspace& ws, SampleResult& r) {
   const int vocab = static_cast<int>(logits.size());
   VPOD_CHECK(vocab > 0);
   ws.reserve(vocab);
@@ -50,6 +53,9 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
   std::copy(logits.begin(), logits.end(), l);
   for (std::int32_t id : suppressed_ids) {
     if (id >= 0 && id < vocab) l[id] = -INFINITY;
+  }
+  for (const LogitBias& b : logit_bias) {
+    if (b.token >= 0 && b.token < vocab) l[b.token] += b.bias;
   }
 
   // Penalties. counts/flags are zero on entry and reset through `touched`.
@@ -179,10 +185,11 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
-                        std::span<const std::int32_t> suppressed_ids) {
+                        std::span<const std::int32_t> suppressed_ids,
+                        std::span<const LogitBias> logit_bias) {
   SamplingWorkspace ws(static_cast<int>(logits.size()));
   SampleResult r;
-  sample(logits, config, prompt_ids, output_ids, suppressed_ids, ws, r);
+  sample(logits, config, prompt_ids, output_ids, suppressed_ids, logit_bias, ws, r);
   return r;
 }
 
