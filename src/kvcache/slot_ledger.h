@@ -261,8 +261,7 @@ class SlotLedger {
   void drop_holder(PrefixIndex::BlockId id, bool active);
   // How many of `matched` the free slot shares as it is, and whether it
   // must be truncated at keep_depth for them.
-  AcquirePlan fit(int slot, std::int64_t need_depth,
-                  std::span<const PrefixIndex::BlockId> matched) const;
+  AcquirePlan fit(int slot, std::span<const PrefixIndex::BlockId> matched) const;
 
   PageGeometry g_;
   std::vector<Slot> slots_;

@@ -23,8 +23,7 @@ void SlotLedger::drop_holder(PrefixIndex::BlockId id, bool active) {
   index_.drop_ref(id);
 }
 
-AcquirePlan SlotLedger::fit(int s, std::int64_t need_depth,
-                            std::span<const PrefixIndex::BlockId> matched) const {
+AcquirePlan SlotLedger::fit(int s, std::span<const PrefixIndex::BlockId> matched) const {
   const Slot& slot = slots_[s];
   const auto m = static_cast<std::int64_t>(matched.size());
   AcquirePlan plan{.slot = s, .shared_steps = m};
@@ -46,7 +45,6 @@ AcquirePlan SlotLedger::fit(int s, std::int64_t need_depth,
     }
   }
   plan.private_steps = std::max<std::int64_t>(0, plan.keep_depth - m);
-  (void)need_depth;
   return plan;
 }
 
@@ -60,7 +58,7 @@ AcquirePlan SlotLedger::plan_acquire(std::int64_t need_depth,
   for (int s = 0; s < g_.max_slots; ++s) {
     const Slot& slot = slots_[s];
     if (slot.active) continue;
-    const AcquirePlan plan = fit(s, need_depth, matched);
+    const AcquirePlan plan = fit(s, matched);
     const std::int64_t surplus = plan.keep_depth - need_depth;
     const auto key = std::make_tuple(-plan.reused_steps, plan.keep_depth < slot.depth ? 1 : 0,
                                      surplus >= 0 ? 0 : 1, surplus >= 0 ? surplus : -surplus,
