@@ -38,6 +38,7 @@ for line in open(sys.argv[1]):
     if not line:
         continue
     name, _, wanted = line.partition("==")
+    name = name.split("[")[0]  # extras: lm-eval[api]
     try:
         if wanted and version(name) != wanted:
             sys.exit(1)

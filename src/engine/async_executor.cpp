@@ -30,19 +30,20 @@ AsyncExecutor::~AsyncExecutor() {
 }
 
 Status AsyncExecutor::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                              std::span<SampledToken> out) {
+                              std::span<SampledToken> out, const PromptScores& scores) {
   VPOD_CHECK_MSG(state_.load(std::memory_order_acquire) == kIdle,
                  "AsyncExecutor::forward with a step in flight");
-  return inner_.forward(batch, samples, out);
+  return inner_.forward(batch, samples, out, scores);
 }
 
 Status AsyncExecutor::launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                             std::span<SampledToken> out) {
+                             std::span<SampledToken> out, const PromptScores& scores) {
   VPOD_CHECK_MSG(state_.load(std::memory_order_acquire) == kIdle,
                  "AsyncExecutor::launch with a step in flight");
   batch_ = &batch;
   samples_ = samples;
   out_ = out;
+  scores_ = scores;
   {
     std::lock_guard lock(mutex_);
     state_.store(kQueued, std::memory_order_release);
@@ -94,7 +95,7 @@ void AsyncExecutor::run() {
     const int state = state_.load(std::memory_order_acquire);
     if (state == kStop) return;
     if (state != kQueued) continue;
-    result_ = inner_.forward(*batch_, samples_, out_);
+    result_ = inner_.forward(*batch_, samples_, out_, scores_);
     {
       std::lock_guard lock(mutex_);
       state_.store(kDone, std::memory_order_release);

@@ -40,9 +40,9 @@ class AsyncExecutor final : public ModelExecutor {
   AsyncExecutor& operator=(const AsyncExecutor&) = delete;
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override;
+                 std::span<SampledToken> out, const PromptScores& scores) override;
   Status launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                std::span<SampledToken> out) override;
+                std::span<SampledToken> out, const PromptScores& scores) override;
   Status wait() override;
 
  private:
@@ -61,6 +61,7 @@ class AsyncExecutor final : public ModelExecutor {
   const HybridBatch* batch_ = nullptr;
   std::span<const SampleSpec> samples_;
   std::span<SampledToken> out_;
+  PromptScores scores_;
   Status result_;  // written by the worker before kDone
   std::thread thread_;
 };

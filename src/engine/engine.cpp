@@ -55,7 +55,8 @@ Engine::Engine(const EngineConfig& config, ModelExecutor& executor, kvcache::KvC
       metrics_(config.max_model_len),
       scheduler_(config.scheduler, kv),
       outputs_(metrics_),
-      sampled_(config.scheduler.max_num_seqs) {
+      sampled_(config.scheduler.max_num_seqs),
+      scored_(config.scheduler.max_num_batched_tokens) {
   if (!config_.clock) config_.clock = [] { return Clock::now(); };
   pending_.reserve(config.scheduler.max_num_seqs);
   // Ends per step: every running request plus a few aborts of waiting ones
@@ -71,6 +72,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   VPOD_RETURN_IF_ERROR(validate(spec.stop));
   const int num_prompt = static_cast<int>(spec.prompt_token_ids.size());
   if (num_prompt == 0) return invalid_argument("the prompt must not be empty");
+  if (spec.stop.max_tokens == 0 && !spec.sampling.prompt_logprobs)
+    return invalid_argument(
+        "max_tokens must be >= 1, got 0 (0 only scores a prompt: with prompt logprobs)");
   if (num_prompt >= config_.max_model_len)
     return invalid_argument("the prompt has " + std::to_string(num_prompt) +
                             " tokens; --max-model-len " + std::to_string(config_.max_model_len) +
@@ -95,6 +99,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
       std::min<std::int64_t>(std::int64_t{num_prompt} + r->stop.max_tokens, config_.max_model_len));
   r->token_ids = std::move(spec.prompt_token_ids);
   r->token_ids.reserve(r->max_total_tokens);
+  if (r->sampling.prompt_logprobs) r->prompt_logprobs.reserve(num_prompt - 1);
   if (!r->stop.ignore_eos) r->stop_ids = config_.eos_token_ids;
   for (std::int32_t id : r->stop.stop_token_ids)
     if (std::find(r->stop_ids.begin(), r->stop_ids.end(), id) == r->stop_ids.end())
@@ -112,9 +117,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   r->arrival_seq = next_arrival_seq_++;
   r->seed = r->sampling.seed ? *r->sampling.seed : splitmix64(config_.seed ^ splitmix64(r->id));
   r->arrival_time = config_.clock();
-  r->stream =
-      std::make_shared<RequestStream>(r->id, r->max_total_tokens - num_prompt,
-                                      r->sampling.logprobs.has_value(), std::move(on_output));
+  r->stream = std::make_shared<RequestStream>(
+      r->id, r->max_total_tokens - num_prompt, r->sampling.logprobs.has_value(),
+      r->sampling.prompt_logprobs ? num_prompt - 1 : 0, std::move(on_output));
   std::shared_ptr<RequestStream> stream = r->stream;
   inbox_.push_back(std::move(r));
   wake_.notify_one();
@@ -192,8 +197,11 @@ void Engine::update_gauges() {
 }
 
 Status Engine::launch(const ScheduledStep& step) {
-  VPOD_RETURN_IF_ERROR(
-      executor_.launch(step.batch, step.samples, std::span(sampled_.data(), step.samples.size())));
+  VPOD_CHECK(step.num_scored_rows <= static_cast<int>(scored_.size()));
+  const PromptScores scores{
+      step.scores, std::span(scored_.data(), static_cast<std::size_t>(step.num_scored_rows))};
+  VPOD_RETURN_IF_ERROR(executor_.launch(step.batch, step.samples,
+                                        std::span(sampled_.data(), step.samples.size()), scores));
   in_flight_ = &step;
   return {};
 }
@@ -209,6 +217,7 @@ bool Engine::collect(StepTimer& timer) {
   } else {
     const std::span<const SampledToken> sampled(sampled_.data(), step.samples.size());
     scheduler_.commit(step, sampled);  // skips requests that ended meanwhile
+    collect_prompt_scores(step, now);
     pending_time_ = now;
     for (std::size_t i = 0; i < sampled.size(); ++i) {
       Request* r = step.sample_requests[i];
@@ -225,6 +234,28 @@ bool Engine::collect(StepTimer& timer) {
   }
   timer.end();
   return true;
+}
+
+// The step's prompt logprobs join their requests; a max_tokens 0 request
+// whose prompt is now computed ends with them (it samples nothing).
+void Engine::collect_prompt_scores(const ScheduledStep& step, Clock::time_point now) {
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < step.scores.size(); ++i) {
+    Request* r = step.score_requests[i];
+    const auto n = static_cast<std::size_t>(step.scores[i].num_rows);
+    if (!r->is_done()) {
+      VPOD_CHECK(r->prompt_logprobs.size() + n <= r->prompt_logprobs.capacity());
+      r->prompt_logprobs.insert(r->prompt_logprobs.end(), scored_.begin() + next,
+                                scored_.begin() + next + n);
+    }
+    next += n;
+  }
+  for (Request* r : step.prefill_requests) {
+    if (r->score_only() && !r->is_done() && r->num_uncomputed() == 0) {
+      outputs_.on_prompt_scored(*r, now);
+      ended_.push_back(r);
+    }
+  }
 }
 
 void Engine::process_outputs() {

@@ -118,6 +118,7 @@ class Engine {
   const ScheduledStep& schedule(Clock::time_point now);
   Status launch(const ScheduledStep& step);
   bool collect(StepTimer& timer);
+  void collect_prompt_scores(const ScheduledStep& step, Clock::time_point now);
   void process_outputs();
   // After the launch: the output work of the collected step, then what the
   // new step could not do (unschedulable requests, a failed prepare/launch),
@@ -138,6 +139,7 @@ class Engine {
   Scheduler scheduler_;
   OutputProcessor outputs_;
   std::vector<SampledToken> sampled_;         // [max_num_seqs], filled by the executor
+  std::vector<SampledToken> scored_;          // [max_num_batched_tokens]: prompt logprobs
   const ScheduledStep* in_flight_ = nullptr;  // launched, not collected
   std::vector<PendingOutput> pending_;        // collected tokens awaiting output work
   Clock::time_point pending_time_;            // when they reached the host

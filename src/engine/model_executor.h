@@ -3,29 +3,15 @@
 // runtime (src/model) implements it; policy tests use a deterministic double.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
 
 #include "common/hybrid_batch.h"
 #include "common/status.h"
 #include "engine/request.h"
+#include "engine/token_logprobs.h"
 
 namespace vpod::engine {
-
-struct TokenLogprob {
-  std::int32_t token = 0;
-  float logprob = 0.0f;
-};
-
-// One sampled token with its logprobs. Fixed size: the step loop fills
-// preallocated arrays of these without allocating.
-struct SampledToken {
-  std::int32_t token = 0;
-  float logprob = 0.0f;  // log-probability of `token` (after temperature/penalties)
-  int num_top = 0;       // valid entries of `top`, most likely first
-  std::array<TokenLogprob, kMaxTopLogprobs> top{};
-};
 
 // One sequence that samples this step: a decode, or a prefill chunk that
 // reaches the end of the request's known tokens. Partial prefill chunks
@@ -43,27 +29,45 @@ struct SampleSpec {
   int num_logprobs = -1;                         // -1: none; 0: sampled token's; N: plus top N
 };
 
+// Prompt logprobs: rows of one prefill chunk whose next token is a prompt
+// token; the executor reports each such token's logprob, rank and top-N.
+struct PromptScoreSpec {
+  int first_row = 0;  // row of the flattened batch of the first scored token
+  int num_rows = 0;
+  int num_top = 0;                        // top-N per row besides the prompt token
+  std::span<const std::int32_t> targets;  // [num_rows]: the prompt token after each row
+};
+
+// A step's prompt scoring: the specs, and one output per scored row (specs
+// in order, each spec's rows in order).
+struct PromptScores {
+  std::span<const PromptScoreSpec> specs;
+  std::span<SampledToken> out;
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
 
   // Runs `batch` (whose K/V slots the KV cache has backed) and writes one
-  // sampled token per entry of `samples` into `out` (same length). A failure
-  // (device error) is returned; the engine then fails the batch's requests.
+  // sampled token per entry of `samples` into `out` (same length), and the
+  // logprobs of the prompt tokens `scores` asks for into scores.out. A
+  // failure (device error) is returned; the engine then fails the batch's
+  // requests.
   virtual Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                         std::span<SampledToken> out) = 0;
+                         std::span<SampledToken> out, const PromptScores& scores) = 0;
 
   // The same step in two halves, for the engine's pipelined loop: launch()
   // enqueues the step and may return before it ran; wait() blocks until
   // `out` holds the sampled tokens. Between the two calls the engine keeps
-  // `batch`, `samples`, `out` and what they point to (requests' token ids,
+  // `batch`, `samples`, `out`, `scores` and what they point to (requests' token ids,
   // sampling parameters) unchanged, and does its CPU work of the previous
   // step (detokenization, stop strings, streaming) meanwhile. A failure of
   // either half fails the step. Default: launch() is forward(), wait() has
   // nothing left to do (executors whose forward is synchronous).
   virtual Status launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                        std::span<SampledToken> out) {
-    return forward(batch, samples, out);
+                        std::span<SampledToken> out, const PromptScores& scores) {
+    return forward(batch, samples, out, scores);
   }
   virtual Status wait() { return {}; }
 };

@@ -16,9 +16,11 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
 }
 
 Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                            std::span<SampledToken> out) {
+                            std::span<SampledToken> out, const PromptScores& scores) {
   VPOD_CHECK(samples.size() == out.size());
-  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_));
+  const model::LogitsMode mode = scores.specs.empty() ? model::LogitsMode::last_per_sequence
+                                                      : model::LogitsMode::last_keep_hidden;
+  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_, mode));
   if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();
@@ -51,6 +53,45 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
     s.logprob = r.logprob;
     s.num_top = static_cast<int>(std::min<std::size_t>(r.top.size(), kMaxTopLogprobs));
     for (int k = 0; k < s.num_top; ++k) s.top[k] = {r.top[k].token, r.top[k].logprob};
+  }
+  // After the sampler: row_logits reuses the logits buffer.
+  return score_prompts(scores);
+}
+
+// Each spec's rows in slices of at most the logits buffer's rows: the LM head
+// over the slice, then the sampler (greedy, no penalties: raw logprobs) reads
+// each row's prompt-token logprob, rank and top-N.
+Status ModelRunner::score_prompts(const PromptScores& scores) {
+  const int max_slice =
+      std::min(model_.options().max_logit_rows, static_cast<int>(results_.size()));
+  std::size_t next = 0;
+  for (const PromptScoreSpec& spec : scores.specs) {
+    VPOD_CHECK(static_cast<int>(spec.targets.size()) == spec.num_rows);
+    VPOD_CHECK(spec.num_top >= 0 && spec.num_top <= kMaxTopLogprobs);
+    for (int begin = 0; begin < spec.num_rows; begin += max_slice) {
+      const int n = std::min(max_slice, spec.num_rows - begin);
+      VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.row_logits(spec.first_row + begin, n));
+      requests_.clear();
+      for (int i = 0; i < n; ++i) {
+        kernels::SampleRequest& request = requests_.emplace_back();
+        request.row = i;
+        request.config.temperature = 0.0f;
+        request.config.num_top_logprobs = spec.num_top;
+        request.config.score_token = spec.targets[static_cast<std::size_t>(begin + i)];
+      }
+      const std::span<kernels::SampleResult> results(results_.data(), static_cast<std::size_t>(n));
+      VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));
+      VPOD_CHECK(next + static_cast<std::size_t>(n) <= scores.out.size());
+      for (int i = 0; i < n; ++i) {
+        const kernels::SampleResult& r = results[static_cast<std::size_t>(i)];
+        SampledToken& s = scores.out[next++];
+        s.token = requests_[static_cast<std::size_t>(i)].config.score_token;
+        s.logprob = r.score_logprob;
+        s.rank = r.score_rank;
+        s.num_top = static_cast<int>(std::min<std::size_t>(r.top.size(), kMaxTopLogprobs));
+        for (int k = 0; k < s.num_top; ++k) s.top[k] = {r.top[k].token, r.top[k].logprob};
+      }
+    }
   }
   return {};
 }

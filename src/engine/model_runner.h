@@ -1,6 +1,11 @@
 // ModelExecutor over the model runtime (src/model): one forward over the
 // hybrid batch, then one sample per sequence that completes its tokens.
 //
+// Prompt logprobs: a step with prompt rows to score keeps every token's final
+// hidden state; after sampling, the LM head runs over those rows in slices
+// of the logits buffer's size (never a [prompt x vocab] buffer) and the
+// sampler reads each row's raw logprobs.
+//
 // Sampling goes through the backend in one call per step (Backend::sample:
 // penalties, temperature, top-k/p, min-p, seeded Gumbel-max, logprobs with
 // kernels::sample's semantics): on the CPU backend kernels::sample per row,
@@ -33,12 +38,15 @@ class ModelRunner final : public ModelExecutor {
   ModelRunner(model::Model& model, const KvCacheView& kv);
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override;
+                 std::span<SampledToken> out, const PromptScores& scores) override;
 
   // Optional; called on the thread that runs forward().
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
 
  private:
+  // Prompt logprobs of the step just run (model_.row_logits in bounded slices).
+  Status score_prompts(const PromptScores& scores);
+
   model::Model& model_;
   KvCacheView kv_;
   model::StepPlan plan_;  // the step's attention plan; its buffers are reused every step

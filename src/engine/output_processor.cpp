@@ -43,6 +43,10 @@ bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::t
   delta_.id = r.id;
   delta_.token_ids.push_back(token);
   if (r.sampling.logprobs) delta_.logprobs.push_back(sampled);
+  // The request's buffer rides in the delta for this push (no copy here;
+  // the stream's pending delta has the room reserved).
+  const bool with_prompt_logprobs = r.sampling.prompt_logprobs && !r.prompt_logprobs_sent;
+  if (with_prompt_logprobs) delta_.prompt_logprobs.swap(r.prompt_logprobs);
 
   const bool stops_armed = r.num_generated() >= r.stop.min_tokens;
   const bool is_stop_token =
@@ -89,7 +93,27 @@ bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::t
   delta_.num_generated_tokens = r.num_generated();
   delta_.num_cached_tokens = r.num_cached_tokens;
   r.stream->push(delta_);
+  if (with_prompt_logprobs) {
+    delta_.prompt_logprobs.swap(r.prompt_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
   return finished;
+}
+
+void OutputProcessor::on_prompt_scored(Request& r, Clock::time_point now) {
+  VPOD_CHECK(r.score_only() && r.num_generated() == 0);
+  delta_.clear();
+  delta_.id = r.id;
+  delta_.prompt_logprobs.swap(r.prompt_logprobs);
+  r.last_token_time = now;
+  finish(r, FinishReason::length, now);
+  delta_.num_prompt_tokens = r.num_prompt_tokens;
+  delta_.num_generated_tokens = 0;
+  delta_.num_cached_tokens = r.num_cached_tokens;
+  metrics_.prompt_tokens.fetch_add(r.num_prompt_tokens, std::memory_order_relaxed);
+  r.stream->push(delta_);
+  delta_.prompt_logprobs.swap(r.prompt_logprobs);
+  r.prompt_logprobs_sent = true;
 }
 
 void OutputProcessor::finish(Request& r, FinishReason reason, Clock::time_point now) {

@@ -30,6 +30,10 @@ class OutputProcessor {
   // state and finish_reason are set; the caller frees it).
   bool on_token(Request& r, const SampledToken& sampled, Clock::time_point now);
 
+  // Ends a max_tokens 0 request whose prompt is computed: one final delta
+  // with its prompt logprobs, finish_reason length.
+  void on_prompt_scored(Request& r, Clock::time_point now);
+
   // Whether on_token will finish r for its newest token by rule 1 or 3 (a
   // stop/EOS id, max_tokens, the context length): decided from the token id
   // alone, without detokenizing, so the pipelined loop frees such requests

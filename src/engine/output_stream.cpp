@@ -18,6 +18,7 @@ void RequestOutput::clear() {
   token_ids.clear();
   text.clear();
   logprobs.clear();
+  prompt_logprobs.clear();
   finished = false;
   finish_reason = FinishReason::none;
   stop_string.clear();
@@ -30,6 +31,8 @@ void RequestOutput::merge(const RequestOutput& next) {
   token_ids.insert(token_ids.end(), next.token_ids.begin(), next.token_ids.end());
   text += next.text;
   logprobs.insert(logprobs.end(), next.logprobs.begin(), next.logprobs.end());
+  prompt_logprobs.insert(prompt_logprobs.end(), next.prompt_logprobs.begin(),
+                         next.prompt_logprobs.end());
   if (next.finished) {
     finished = true;
     finish_reason = next.finish_reason;
@@ -43,7 +46,7 @@ void RequestOutput::merge(const RequestOutput& next) {
 }
 
 RequestStream::RequestStream(RequestId id, int reserve_tokens, bool with_logprobs,
-                             std::function<void()> on_output)
+                             int reserve_prompt_logprobs, std::function<void()> on_output)
     : id_(id),
       reserve_tokens_(std::max(reserve_tokens, 1)),
       with_logprobs_(with_logprobs),
@@ -52,6 +55,7 @@ RequestStream::RequestStream(RequestId id, int reserve_tokens, bool with_logprob
   pending_.token_ids.reserve(reserve_tokens_);
   pending_.text.reserve(std::min(kMaxReservedTextBytes, reserve_tokens_ * kReservedBytesPerToken));
   if (with_logprobs_) pending_.logprobs.reserve(reserve_tokens_);
+  pending_.prompt_logprobs.reserve(static_cast<std::size_t>(std::max(reserve_prompt_logprobs, 0)));
 }
 
 void RequestStream::push(const RequestOutput& delta) {

@@ -32,6 +32,9 @@ struct RequestOutput {
   // hold-back, text and token ids of one delta need not line up.
   std::string text;
   std::vector<SampledToken> logprobs;  // parallel to token_ids when logprobs were requested
+  // Prompt logprobs, once, in the first delta (with the first token, or the
+  // final delta of a max_tokens 0 request): entry i is prompt token i+1's.
+  std::vector<SampledToken> prompt_logprobs;
 
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
@@ -55,8 +58,10 @@ class RequestStream {
  public:
   // `on_output` (optional) runs on the engine thread after each push, e.g. to
   // wake an event loop. It must be quick and must not call back into the engine.
+  // `reserve_prompt_logprobs`: the prompt logprobs the first delta carries
+  // (reserved so that the engine's push does not allocate).
   RequestStream(RequestId id, int reserve_tokens, bool with_logprobs,
-                std::function<void()> on_output = {});
+                int reserve_prompt_logprobs = 0, std::function<void()> on_output = {});
 
   RequestId id() const { return id_; }
 

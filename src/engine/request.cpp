@@ -71,6 +71,9 @@ Status validate(const SamplingParams& p) {
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxTopLogprobs))
     return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
                             "], got " + std::to_string(*p.logprobs));
+  if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxTopLogprobs))
+    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                            "], got " + std::to_string(*p.prompt_logprobs));
   if (p.logit_bias.size() > static_cast<std::size_t>(kMaxLogitBiasEntries))
     return invalid_argument("logit_bias may hold at most " + std::to_string(kMaxLogitBiasEntries) +
                             " entries, got " + std::to_string(p.logit_bias.size()));
@@ -93,7 +96,7 @@ Status validate(const SamplingParams& p) {
 }
 
 Status validate(const StopParams& p) {
-  if (p.max_tokens < 1)
+  if (p.max_tokens < 0)
     return invalid_argument("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
   if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
     return invalid_argument("min_tokens must be in [0, max_tokens], got " +

@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "engine/stop_strings.h"
+#include "engine/token_logprobs.h"
 #include "kernels/sampling/sampling.h"
 
 namespace vpod::engine {
@@ -51,8 +52,6 @@ std::string_view request_state_name(RequestState state);
 // OpenAI's finish_reason strings: "stop", "length", "abort", "error"; "" for none.
 std::string_view finish_reason_name(FinishReason reason);
 
-// Largest top-N logprobs count a request may ask for (OpenAI's top_logprobs cap).
-inline constexpr int kMaxTopLogprobs = 20;
 // Logit bias: at most this many entries per request (vLLM caps them too; the
 // sampler walks them every step), each bias in [-kMaxAbsLogitBias, kMaxAbsLogitBias].
 inline constexpr int kMaxLogitBiasEntries = 300;
@@ -71,6 +70,12 @@ struct SamplingParams {
   std::optional<std::uint64_t> seed;
   // Unset: no logprobs. 0: the sampled token's logprob only. N: plus the top N.
   std::optional<int> logprobs;
+  // Prompt logprobs (vLLM's prompt_logprobs; completions' echo + logprobs):
+  // unset none; 0 each prompt token's logprob (from the second on) and rank;
+  // N plus the top N. Raw logprobs of the model (no penalties, no bias). Such
+  // a request computes its whole prompt (no prefix-cache hit), so every
+  // position is scored.
+  std::optional<int> prompt_logprobs;
   // OpenAI's logit_bias: added to the logits before penalties, logprobs and
   // the draw (also greedy). Unique token ids; allocated at submission, the
   // sampler reads it in place every step.
@@ -80,8 +85,11 @@ struct SamplingParams {
 };
 
 struct StopParams {
-  int max_tokens = 16;  // >= 1; also capped by the model's context length
-  int min_tokens = 0;   // EOS, stop ids and stop strings are ignored before this many tokens
+  // >= 1; also capped by the model's context length. 0 only with prompt
+  // logprobs: the prompt is scored and nothing is generated (finish_reason
+  // length).
+  int max_tokens = 16;
+  int min_tokens = 0;  // EOS, stop ids and stop strings are ignored before this many tokens
   std::vector<std::string> stop;             // stop strings (may straddle tokens)
   std::vector<std::int32_t> stop_token_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
@@ -144,6 +152,12 @@ struct Request {
   std::uint64_t cache_salt = 0;
   int num_cached_tokens = 0;
 
+  // Prompt logprobs (sampling.prompt_logprobs): entry i is prompt token i+1's,
+  // filled as prefill chunks are collected (reserved at submission), sent
+  // with the first delta.
+  std::vector<SampledToken> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+
   // Output side: text made final by the detokenizer, and how much of it has
   // been streamed (the rest may be the start of a stop string, held back).
   std::unique_ptr<IncrementalDecoder> decoder;
@@ -175,6 +189,10 @@ struct Request {
     return state == RequestState::prefilling || state == RequestState::decoding;
   }
   bool is_done() const { return state == RequestState::finished || state == RequestState::aborted; }
+  // Prompt positions whose next token still needs its logprob: [begin, end).
+  int num_prompt_scored() const { return static_cast<int>(prompt_logprobs.size()); }
+  // A max_tokens 0 request: scores its prompt, generates nothing.
+  bool score_only() const { return stop.max_tokens == 0; }
 };
 
 }  // namespace vpod::engine

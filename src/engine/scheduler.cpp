@@ -94,6 +94,9 @@ void ScheduledStep::clear() {
   decode_requests.clear();
   samples.clear();
   sample_requests.clear();
+  scores.clear();
+  score_requests.clear();
+  num_scored_rows = 0;
   unschedulable.clear();
   admitted.clear();
   num_preempted = 0;
@@ -116,6 +119,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, kvcache::KvCapacity& kv)
   step_.prefill_requests.reserve(max_seqs);
   step_.decode_requests.reserve(max_seqs);
   step_.samples.reserve(max_seqs);
+  step_.scores.reserve(max_seqs);
+  step_.score_requests.reserve(max_seqs);
   step_.sample_requests.reserve(max_seqs);
   step_.unschedulable.reserve(max_seqs);
   step_.admitted.reserve(max_seqs);
@@ -158,7 +163,9 @@ bool Scheduler::grow_or_preempt(Request* r) {
 }
 
 kvcache::PrefixQuery Scheduler::prefix_query(const Request& r) const {
-  if (!config_.prefix_caching) return {};
+  // Prompt logprobs need every prompt position computed: such a request
+  // looks nothing up (its blocks are still cached for others).
+  if (!config_.prefix_caching || r.sampling.prompt_logprobs) return {};
   return {.tokens = r.token_ids, .salt = r.cache_salt};
 }
 
@@ -260,7 +267,8 @@ void Scheduler::lay_out_batch() {
       b.token_ids.push_back(r->token_ids[r->num_computed + i]);
       b.positions.push_back(r->num_computed + i);
     }
-    if (r->num_computed + num_new < r->num_tokens()) return;
+    if (r->sampling.prompt_logprobs) add_prompt_scores(r, s);
+    if (r->num_computed + num_new < r->num_tokens() || r->score_only()) return;
     SampleSpec spec;
     spec.token_index = s.token_offset + num_new - 1;
     spec.sequence_index = static_cast<int>(b.prefills.size() + b.decodes.size()) - 1;
@@ -279,6 +287,24 @@ void Scheduler::lay_out_batch() {
     step_.prefill_requests.push_back(chosen_prefills_[i]);
   }
   for (Request* r : step_.decode_requests) add_sequence(r, 1, b.decodes);
+}
+
+// Position p's row predicts token p + 1: the chunk scores the prompt tokens
+// it predicts that no earlier step scored (a recompute after preemption
+// scores nothing twice).
+void Scheduler::add_prompt_scores(Request* r, const BatchSequence& s) {
+  const int begin = std::max(s.cached_len, r->num_prompt_scored());
+  const int end = std::min(s.context_len(), r->num_prompt_tokens - 1);
+  if (begin >= end) return;
+  VPOD_CHECK_MSG(begin == r->num_prompt_scored(), "prompt positions must be scored in order");
+  PromptScoreSpec spec;
+  spec.first_row = s.token_offset + (begin - s.cached_len);
+  spec.num_rows = end - begin;
+  spec.num_top = *r->sampling.prompt_logprobs;
+  spec.targets = std::span<const std::int32_t>(r->token_ids).subspan(begin + 1, end - begin);
+  step_.scores.push_back(spec);
+  step_.score_requests.push_back(r);
+  step_.num_scored_rows += spec.num_rows;
 }
 
 void Scheduler::commit(const ScheduledStep& step, std::span<const SampledToken> sampled) {

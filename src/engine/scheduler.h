@@ -94,6 +94,11 @@ struct ScheduledStep {
   std::vector<Request*> decode_requests;   // parallel to batch.decodes
   std::vector<SampleSpec> samples;         // sequences that sample, in flattened order
   std::vector<Request*> sample_requests;   // parallel to samples
+  // Prompt logprobs: the prefill chunks' rows to score, and their requests
+  // (parallel); the scored rows total at most the step's tokens.
+  std::vector<PromptScoreSpec> scores;
+  std::vector<Request*> score_requests;
+  int num_scored_rows = 0;
   // Requests the cache can never back (even alone): the engine fails them.
   std::vector<Request*> unschedulable;
   std::vector<Request*> admitted;  // admitted for the first time this step (queue time)
@@ -142,6 +147,8 @@ class Scheduler {
   // when prefix caching is off).
   kvcache::PrefixQuery prefix_query(const Request& r) const;
   void lay_out_batch();
+  // Adds the prompt rows of r's sequence `s` (just laid out) to score.
+  void add_prompt_scores(Request* r, const BatchSequence& s);
 
   SchedulerConfig config_;
   kvcache::KvCapacity& kv_;

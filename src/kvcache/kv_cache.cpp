@@ -343,6 +343,18 @@ bool KvCache::grow(int slot, int num_tokens) {
 
 void KvCache::free(int slot) {
   VPOD_CHECK(promises_.is_open(slot));
+  // A request freed before the next prepare() (one that ended with its
+  // prefill's first token, e.g. max_tokens 1) still leaves its computed
+  // prompt blocks: the step that reported them has completed.
+  if (!to_index_.empty()) {
+    memory_->with_state([&](SlotLedger& ledger, KvStats&) {
+      for (PromptToIndex& p : to_index_) {
+        if (p.slot != slot) continue;
+        index_reported(ledger, p);
+        p.slot = -1;  // done
+      }
+    });
+  }
   const Status status = release(slot, config_.reader_stream);
   VPOD_CHECK_MSG(status.ok(), "KV release: " + status.to_string());
   promises_.close(slot);
@@ -373,20 +385,22 @@ Status KvCache::prepare(const HybridBatch& batch) {
     // The step's pages are mapped and its kernels, queued next, write them
     // before any later step reads them: index its prompts' full steps now.
     memory_->with_state([&](SlotLedger& ledger, KvStats&) {
-      for (const PromptToIndex& p : to_index_) {
-        // Only for the owner that reported it: the slot may have changed
-        // hands since (and the old owner's tokens may be gone).
-        if (ledger.slot(p.slot).generation != p.generation) continue;
-        const std::int64_t indexed = ledger.index_prompt(p.slot, p.tokens);
-        if (indexed == 0) continue;  // nothing new, or the slot was freed meanwhile
-        promises_.lower(p.slot, indexed);
-        shared_steps_[p.slot] += indexed;
-      }
+      for (const PromptToIndex& p : to_index_) index_reported(ledger, p);
     });
     promises_.set_shared(pinned_blocks());
   }
   to_index_.clear();
   return status;
+}
+
+void KvCache::index_reported(SlotLedger& ledger, const PromptToIndex& p) {
+  // Only for the owner that reported it: the slot may have changed hands
+  // since (and the old owner's tokens may be gone); -1: indexed at free().
+  if (p.slot < 0 || ledger.slot(p.slot).generation != p.generation) return;
+  const std::int64_t indexed = ledger.index_prompt(p.slot, p.tokens);
+  if (indexed == 0) return;  // nothing new, or the slot was freed meanwhile
+  promises_.lower(p.slot, indexed);
+  shared_steps_[p.slot] += indexed;
 }
 
 void KvCache::expect_admission(int num_tokens, int first_chunk_tokens) {

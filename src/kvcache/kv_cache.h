@@ -279,7 +279,9 @@ class KvCache final : public KvStore {
     std::span<const std::int32_t> tokens;
   };
   std::vector<PromptToIndex> to_index_;  // reserved [max_slots]
-  int block_tokens_ = 0;                 // 0: prefix caching off
+  // Indexes one report's full prompt steps (under the map lock).
+  void index_reported(SlotLedger& ledger, const PromptToIndex& p);
+  int block_tokens_ = 0;  // 0: prefix caching off
 };
 
 }  // namespace vpod::kvcache

@@ -62,7 +62,10 @@ struct StepTensors {
 
 enum class LogitsMode : std::uint8_t {
   last_per_sequence,  // one row per sequence: its last new token
-  all_tokens,         // every token of the step (tests, prompt logprobs)
+  all_tokens,         // every token of the step (tests)
+  // As last_per_sequence, and every token's final hidden state is kept for
+  // Model::row_logits (prompt logprobs, scored in bounded slices).
+  last_keep_hidden,
 };
 
 struct StepArrays;

@@ -343,6 +343,7 @@ Status Model::validate_kv(const HybridBatch& batch, const KvCacheView& kv) const
 Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& kv, StepPlan& plan,
                                   LogitsMode mode) {
   const ModelConfig& c = config_;
+  kept_hidden_rows_ = 0;
   VPOD_RETURN_IF_ERROR(build_step_arrays(batch, mode, c.vocab_size, &step_arrays_));
   const int num_tokens = batch.num_tokens();
   const int num_rows = static_cast<int>(step_arrays_.logit_rows.size());
@@ -374,7 +375,11 @@ Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& k
   // the embedding and the first layer's norm and QKV projection, which the
   // GPU runs meanwhile; nothing has touched the KV cache yet if planning
   // fails. A graph step plans first: the capture replays the uploaded plan.
-  const bool plan_late = !graphable && !backend_.fused_decode(num_tokens, c.hidden_size);
+  // Kept hidden states need the unfused layer loop (the fused one normalizes
+  // only the logit rows).
+  const bool keep_hidden = mode == LogitsMode::last_keep_hidden;
+  const bool fused = !keep_hidden && backend_.fused_decode(num_tokens, c.hidden_size);
+  const bool plan_late = !graphable && !fused;
   if (!plan_late) VPOD_RETURN_IF_ERROR(plan_attention(step, kv, plan));
   StepGraph graph = StepGraph::eager;
   if (graphable) {
@@ -383,7 +388,7 @@ Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& k
   if (graph == StepGraph::launched) return logits;
   if (graph == StepGraph::capture) {
     VPOD_RETURN_IF_ERROR(backend_.begin_step_capture());
-    const Status ran = run_ops(step, kv, plan, num_tokens, num_rows, /*plan_late=*/false);
+    const Status ran = run_ops(step, kv, plan, num_tokens, num_rows, fused, /*plan_late=*/false);
     if (!ran.ok()) {
       // An op failed to enqueue: nothing ran.
       backend_.cancel_step_capture();
@@ -396,7 +401,25 @@ Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& k
                   captured.to_string());
     step_graphs_ = false;
   }
-  VPOD_RETURN_IF_ERROR(run_ops(step, kv, plan, num_tokens, num_rows, plan_late));
+  VPOD_RETURN_IF_ERROR(run_ops(step, kv, plan, num_tokens, num_rows, fused, plan_late));
+  if (keep_hidden) kept_hidden_rows_ = num_tokens;
+  return logits;
+}
+
+Result<TensorView> Model::row_logits(int first_row, int num_rows) {
+  if (first_row < 0 || num_rows < 1 || first_row + num_rows > kept_hidden_rows_) {
+    return out_of_range("row_logits: rows [" + std::to_string(first_row) + ", " +
+                        std::to_string(first_row + num_rows) + ") outside the " +
+                        std::to_string(kept_hidden_rows_) + " hidden states the last forward kept");
+  }
+  if (num_rows > options_.max_logit_rows) {
+    return out_of_range("row_logits: " + std::to_string(num_rows) +
+                        " rows, the model was set up for " +
+                        std::to_string(options_.max_logit_rows));
+  }
+  const TensorView logits = logits_.slice(0, 0, num_rows);
+  VPOD_RETURN_IF_ERROR(
+      backend_.linear(hidden_.slice(0, first_row, num_rows), lm_head_, nullptr, logits));
   return logits;
 }
 
@@ -436,7 +459,7 @@ std::uint64_t Model::graph_key(const KvCacheView& kv) const {
 }
 
 Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan,
-                      int num_tokens, int num_rows, bool plan_late) {
+                      int num_tokens, int num_rows, bool fused, bool plan_late) {
   const ModelConfig& c = config_;
   Backend& b = backend_;
   const std::int64_t t = num_tokens;
@@ -465,7 +488,7 @@ Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& 
   };
 
   b.embedding(embed_, step, residual);
-  if (b.fused_decode(num_tokens, c.hidden_size)) {
+  if (fused) {
     VPOD_CHECK(!plan_late);
     // Few rows: every RMSNorm (with its residual add) runs inside the GEMV
     // that consumes it, SiLU*mul inside the gate/up GEMV. The residual stream

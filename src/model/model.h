@@ -72,6 +72,14 @@ class Model {
   Result<TensorView> forward(const HybridBatch& batch, const KvCacheView& kv, StepPlan& plan,
                              LogitsMode mode = LogitsMode::last_per_sequence);
 
+  // Logits [num_rows, vocab] fp32 of the flattened rows [first_row,
+  // first_row + num_rows) of the last forward, which must have run with
+  // LogitsMode::last_keep_hidden; num_rows <= options().max_logit_rows. They
+  // overwrite that forward's logits (sample those first: on the backend's
+  // stream, a sampler that read them has finished). Valid until the next
+  // forward or row_logits.
+  Result<TensorView> row_logits(int first_row, int num_rows);
+
   // Turns step graphs on or off (benchmarks, tests: graph == eager). On by
   // default when options().max_graph_batch_size > 0.
   void set_step_graphs(bool enabled) { step_graphs_ = enabled; }
@@ -92,11 +100,12 @@ class Model {
   Result<TensorView> alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape);
   // Checks the view against the model and the batch against the view.
   Status validate_kv(const HybridBatch& batch, const KvCacheView& kv) const;
-  // Enqueues the step's ops (embedding through logits) on the backend. With
+  // Enqueues the step's ops (embedding through logits) on the backend:
+  // through the fused decode loop when `fused` (Backend::fused_decode). With
   // `plan_late` (unfused layer loop only) it plans the step's attention after
   // the first layer's QKV projection.
   Status run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan, int num_tokens,
-                 int num_rows, bool plan_late);
+                 int num_rows, bool fused, bool plan_late);
   Status plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan);
   // Identifies the addresses a recorded step bakes in beyond the backend's
   // own buffers: this model's, and the KV views and block tables.
@@ -119,6 +128,9 @@ class Model {
   TensorView residual_, hidden_, qkv_, attn_out_, delta_, gate_up_, act_;
   TensorView selected_, logits_;  // [max_logit_rows, hidden], [max_logit_rows, vocab] fp32
   StepArrays step_arrays_;
+  // Rows of hidden_ that hold the final normed hidden state (the last
+  // forward ran with LogitsMode::last_keep_hidden); 0 otherwise.
+  int kept_hidden_rows_ = 0;
   bool step_graphs_ = true;
 };
 

@@ -45,8 +45,7 @@ Status build_step_arrays(const HybridBatch& batch, LogitsMode mode, int vocab_si
     a->seq_cached_len.push_back(s.cached_len);
     a->seq_num_new.push_back(s.num_new);
     a->seq_token_offset.push_back(s.token_offset);
-    if (mode == LogitsMode::last_per_sequence)
-      a->logit_rows.push_back(s.token_offset + s.num_new - 1);
+    if (mode != LogitsMode::all_tokens) a->logit_rows.push_back(s.token_offset + s.num_new - 1);
     expected_offset += s.num_new;
     return {};
   };

@@ -77,6 +77,7 @@ ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output)
   options.include_usage = output.include_usage;
   options.continuous_usage = output.continuous_usage;
   options.return_token_ids = output.return_token_ids;
+  options.prompt_logprobs = output.prompt_logprobs;
   return options;
 }
 
@@ -321,9 +322,11 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
     }
     prompts.push_back(std::move(ids));
   }
-  return start_generation(backend, response_options(Endpoint::completions, r.output), r.sampling,
-                          r.stop, r.cache_salt, std::move(prompts), std::move(echo_texts),
-                          std::move(notify));
+  ResponseOptions options = response_options(Endpoint::completions, r.output);
+  options.echo_logprobs = r.echo_logprobs;
+  options.logprobs_top = r.sampling.logprobs.value_or(0);
+  return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt,
+                          std::move(prompts), std::move(echo_texts), std::move(notify));
 }
 
 RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,

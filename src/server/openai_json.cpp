@@ -179,6 +179,58 @@ json ResponseBuilder::logprobs_json(Choice& choice,
           {"text_offset", std::move(text_offset)}};
 }
 
+json ResponseBuilder::delta_logprobs(Choice& choice, const engine::RequestOutput& delta) {
+  const std::vector<std::int32_t>& prompt = prompts_[choice.prompt_index];
+  if (choice.started || !options_.echo_logprobs ||
+      delta.prompt_logprobs.size() + 1 != prompt.size()) {
+    return logprobs_json(choice, delta.logprobs);
+  }
+  // The prompt's tokens lead, from offset 0 of the echoed text; the first has
+  // no logprob (nothing precedes it). Top-N as asked for the output.
+  const int top = options_.logprobs_top;
+  std::vector<engine::SampledToken> tokens;
+  tokens.reserve(prompt.size());
+  tokens.push_back({.token = prompt.front()});
+  for (engine::SampledToken t : delta.prompt_logprobs) {
+    t.num_top = std::min(t.num_top, top);
+    tokens.push_back(t);
+  }
+  choice.text_offset = 0;
+  json out = logprobs_json(choice, tokens);
+  out["token_logprobs"][0] = nullptr;
+  out["top_logprobs"][0] = nullptr;
+  append_logprobs(out, logprobs_json(choice, delta.logprobs));
+  return out;
+}
+
+json ResponseBuilder::prompt_logprobs_json(const Choice& choice,
+                                           const std::vector<engine::SampledToken>& scored) const {
+  const std::vector<std::int32_t>& prompt = prompts_[choice.prompt_index];
+  json out = json::array();
+  if (scored.size() + 1 != prompt.size()) return out;  // ended before its prompt was computed
+  out.push_back(nullptr);
+  const int top = options_.prompt_logprobs.value_or(0);
+  auto entry = [&](float logprob, int rank, std::int32_t token) {
+    return json{{"logprob", reported(logprob)},
+                {"rank", rank},
+                {"decoded_token", utf8::lossy(token_bytes_(token))}};
+  };
+  for (const engine::SampledToken& t : scored) {
+    // The prompt token first, then the top N (ranks 1..N) it is not among.
+    json position = json::object();
+    position[std::to_string(t.token)] = entry(t.logprob, t.rank, t.token);
+    const std::span<const engine::TokenLogprob> tops = top_of(t);
+    for (std::size_t k = 0; k < tops.size() && static_cast<int>(k) < top; ++k) {
+      const std::string key = std::to_string(tops[k].token);
+      if (!position.contains(key)) {
+        position[key] = entry(tops[k].logprob, static_cast<int>(k) + 1, tops[k].token);
+      }
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 // Appends the arrays of `more` to those of `into` (same shape).
 void ResponseBuilder::append_logprobs(json& into, json&& more) const {
   if (into.is_null()) {
@@ -204,10 +256,13 @@ std::string ResponseBuilder::add(int index, engine::RequestOutput& delta) {
   if (options_.stream) {
     events = stream_content(index, choice, delta);
   } else {
-    choice.started = true;
     choice.text += delta.text;
     choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
-    if (options_.logprobs) append_logprobs(choice.logprobs, logprobs_json(choice, delta.logprobs));
+    if (options_.prompt_logprobs && !choice.started && choice.prompt_logprobs.is_null()) {
+      choice.prompt_logprobs = prompt_logprobs_json(choice, delta.prompt_logprobs);
+    }
+    if (options_.logprobs) append_logprobs(choice.logprobs, delta_logprobs(choice, delta));
+    choice.started = true;
   }
 
   if (delta.finished) {
@@ -248,7 +303,7 @@ std::string ResponseBuilder::stream_content(int index, Choice& choice,
       c["prompt_token_ids"] = prompts_[choice.prompt_index];
     }
   }
-  c["logprobs"] = options_.logprobs ? logprobs_json(choice, delta.logprobs) : json(nullptr);
+  c["logprobs"] = options_.logprobs ? delta_logprobs(choice, delta) : json(nullptr);
   c["finish_reason"] = nullptr;
   if (options_.endpoint == Endpoint::completions) c["stop_reason"] = nullptr;
   if (options_.return_token_ids) c["token_ids"] = delta.token_ids;
@@ -307,6 +362,7 @@ json ResponseBuilder::response() const {
       if (!chat) c["prompt_token_ids"] = prompts_[choice.prompt_index];
       c["token_ids"] = choice.token_ids;
     }
+    if (options_.prompt_logprobs && !chat) c["prompt_logprobs"] = choice.prompt_logprobs;
     choices.push_back(std::move(c));
   }
   json body = {{"id", options_.id},
@@ -316,6 +372,7 @@ json ResponseBuilder::response() const {
                {"choices", std::move(choices)},
                {"usage", usage()}};
   if (chat && options_.return_token_ids) body["prompt_token_ids"] = prompts_.front();
+  if (chat && options_.prompt_logprobs) body["prompt_logprobs"] = choices_.front().prompt_logprobs;
   return body;
 }
 

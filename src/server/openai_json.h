@@ -37,6 +37,14 @@ struct ResponseOptions {
   bool continuous_usage = false;
   bool return_token_ids = false;
   bool logprobs = false;  // report logprobs (the engine was asked for them)
+  // Completions' echo with logprobs: each choice's logprobs start with its
+  // prompt's tokens (the first with null logprobs), top-N as for the output.
+  bool echo_logprobs = false;
+  int logprobs_top = 0;  // the request's top-N for logprobs (completions' echoed prompt)
+  // vLLM's prompt_logprobs (non-streamed): per position null (the first) or
+  // {token id: {logprob, rank, decoded_token}} with the prompt token and the
+  // top N; in each choice (completions) or the body (chat).
+  std::optional<int> prompt_logprobs;
   // The request's stop_token_ids: a stop on one of them is reported as
   // stop_reason (an EOS stop is not, as in vLLM).
   std::vector<std::int32_t> stop_token_ids;
@@ -107,12 +115,19 @@ class ResponseBuilder final : public OutputBuilder {
     std::string text;                     // non-streaming only
     std::vector<std::int32_t> token_ids;  // non-streaming only
     nlohmann::json logprobs;              // non-streaming only; null until the first
+    nlohmann::json prompt_logprobs;       // non-streaming only (vLLM's prompt_logprobs)
   };
 
   nlohmann::json chunk_header() const;
   nlohmann::json logprobs_json(Choice& choice, const std::vector<engine::SampledToken>& logprobs);
   nlohmann::json stop_reason_json(const engine::RequestOutput& delta) const;
   void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
+  // The delta's logprobs JSON; a choice's first delta starts with the
+  // prompt's under echo_logprobs.
+  nlohmann::json delta_logprobs(Choice& choice, const engine::RequestOutput& delta);
+  // vLLM's prompt_logprobs list of a choice's prompt.
+  nlohmann::json prompt_logprobs_json(const Choice& choice,
+                                      const std::vector<engine::SampledToken>& scored) const;
   std::string stream_content(int index, Choice& choice, engine::RequestOutput& delta);
   std::string stream_final(int index, const Choice& choice) const;
   nlohmann::json usage() const;

@@ -317,7 +317,9 @@ void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingPara
 
   f.string("user");  // type-checked, otherwise unused
   f.unsupported("use_beam_search", "beam search");
-  f.unsupported("prompt_logprobs", "prompt logprobs");
+  if (auto n = f.integer("prompt_logprobs", 0, limits.max_logprobs)) {
+    s.prompt_logprobs = static_cast<int>(*n);
+  }
   f.unsupported("allowed_token_ids", "allowed token ids");
   f.unsupported("bad_words", "bad words");
   f.unsupported("logits_processors", "logits processors");
@@ -375,16 +377,27 @@ std::string parse_cache_salt(Fields& f) {
   return v->get<std::string>();
 }
 
-// max_tokens (and min_tokens, which must not exceed it).
+// max_tokens (>= `least`) and min_tokens, which must not exceed it.
 void parse_lengths(Fields& f, const char* max_name, const RequestLimits& limits,
-                   std::optional<int>& max_tokens, int& min_tokens) {
-  if (auto m = f.integer(max_name, 1, limits.max_model_len)) max_tokens = static_cast<int>(*m);
+                   std::optional<int>& max_tokens, int& min_tokens, int least = 1) {
+  if (auto m = f.integer(max_name, least, limits.max_model_len)) max_tokens = static_cast<int>(*m);
   min_tokens = static_cast<int>(f.integer("min_tokens", 0, limits.max_model_len).value_or(0));
   if (max_tokens && min_tokens > *max_tokens) {
     f.fail(bad_request(fmt::format("'min_tokens' ({}) must not exceed '{}' ({})", min_tokens,
                                    max_name, *max_tokens),
                        "min_tokens"));
   }
+}
+
+// vLLM's prompt_logprobs field is reported as asked, in the whole response
+// only (as vLLM: not when streaming).
+void prompt_logprobs_output(Fields& f, const engine::SamplingParams& s, OutputOptions& output) {
+  if (!s.prompt_logprobs) return;
+  if (output.stream) {
+    f.fail(bad_request("'prompt_logprobs' are not available when 'stream' is true",
+                       "prompt_logprobs"));
+  }
+  output.prompt_logprobs = s.prompt_logprobs;
 }
 
 ApiResult<Prompt> parse_one_prompt(Fields& f, const json& v, const RequestLimits& limits) {
@@ -627,7 +640,8 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
   r.prompts = std::move(prompts).value();
 
   std::optional<int> max_tokens;
-  parse_lengths(f, "max_tokens", limits, max_tokens, r.stop.min_tokens);
+  // 0 only scores the prompt (echo with logprobs, or prompt_logprobs): checked below.
+  parse_lengths(f, "max_tokens", limits, max_tokens, r.stop.min_tokens, /*least=*/0);
   r.stop.max_tokens = max_tokens.value_or(16);
   if (!max_tokens && r.stop.min_tokens > r.stop.max_tokens) {
     f.fail(bad_request("'min_tokens' must not exceed 'max_tokens' (16 by default)", "min_tokens"));
@@ -638,12 +652,21 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
   if (auto logprobs = f.integer("logprobs", 0, limits.max_logprobs)) {
     r.sampling.logprobs = static_cast<int>(*logprobs);
   }
+  prompt_logprobs_output(f, r.sampling, r.output);
   r.echo = f.boolean("echo", false);
+  // echo + logprobs reports the prompt tokens' logprobs first (OpenAI's
+  // legacy scoring, lm-eval's loglikelihood): the engine scores the prompt
+  // with the larger of the two top-N counts.
   if (r.echo && r.sampling.logprobs) {
+    r.echo_logprobs = true;
+    r.sampling.prompt_logprobs =
+        std::max(r.sampling.prompt_logprobs.value_or(0), *r.sampling.logprobs);
+  }
+  if (max_tokens == 0 && !r.sampling.prompt_logprobs) {
     f.fail(
-        bad_request("'echo' together with 'logprobs' is not supported by vpod (it does not "
-                    "compute prompt logprobs)",
-                    "echo"));
+        bad_request("'max_tokens' must be at least 1 (0 only scores the prompt: with 'echo' and "
+                    "'logprobs', or 'prompt_logprobs')",
+                    "max_tokens"));
   }
   r.add_special_tokens = f.boolean("add_special_tokens", true);
   if (const json* suffix = f.find("suffix");
@@ -677,6 +700,7 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLi
   parse_lengths(f, max_name, limits, r.max_tokens, r.stop.min_tokens);
   parse_sampling(f, limits, r.sampling, r.stop);
   parse_output(f, limits, r.output);
+  prompt_logprobs_output(f, r.sampling, r.output);
   r.cache_salt = parse_cache_salt(f);
   const bool logprobs = f.boolean("logprobs", false);
   auto top = f.integer("top_logprobs", 0, limits.max_logprobs);

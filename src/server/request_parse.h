@@ -45,6 +45,9 @@ struct OutputOptions {
   // every chunk carries its choice's usage so far.
   bool continuous_usage = false;
   bool return_token_ids = false;  // vLLM: prompt_token_ids and per-choice token_ids
+  // vLLM's prompt_logprobs: top-N per prompt position, reported in
+  // choices[].prompt_logprobs (completions) or prompt_logprobs (chat).
+  std::optional<int> prompt_logprobs;
 };
 
 struct Prompt {
@@ -57,6 +60,9 @@ struct CompletionRequest {
   std::string model;  // "" when not given
   std::vector<Prompt> prompts;
   bool echo = false;
+  // echo with logprobs: the choices' logprobs start with the prompt tokens'
+  // (sampling.prompt_logprobs is set for them).
+  bool echo_logprobs = false;
   bool add_special_tokens = true;
   engine::SamplingParams sampling;
   engine::StopParams stop;  // max_tokens defaults to 16 for completions

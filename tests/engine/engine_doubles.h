@@ -331,8 +331,25 @@ class HashModel final : public ModelExecutor {
  public:
   HashModel(SlotMemory* memory, int vocab_size) : memory_(memory), vocab_size_(vocab_size) {}
 
+  // The prompt logprob the model reports at a position whose cached tokens
+  // are `prefix`, for the next token `target`: a function of both alone.
+  static SampledToken prompt_score(std::span<const std::int32_t> prefix, std::int32_t target,
+                                   int num_top, int vocab_size) {
+    std::uint64_t h = 0;
+    for (std::int32_t t : prefix) h = mix64(h ^ static_cast<std::uint64_t>(t));
+    h = mix64(h ^ (static_cast<std::uint64_t>(target) << 32));
+    SampledToken s;
+    s.token = target;
+    s.logprob = -static_cast<float>(h % 1000) / 100.0f;
+    s.rank = 1 + static_cast<std::int32_t>((h >> 20) % 9);
+    s.num_top = num_top;
+    for (int k = 0; k < num_top; ++k)
+      s.top[k] = {static_cast<std::int32_t>((h + k) % vocab_size), -static_cast<float>(k) / 4.0f};
+    return s;
+  }
+
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores& scores) override {
     ++num_forwards;
     if (fail_at_forward == num_forwards) return internal_error("injected device failure");
     if (batch.decodes.empty()) {
@@ -391,6 +408,32 @@ class HashModel final : public ModelExecutor {
                            -static_cast<float>(k) / 4.0f};
       }
     }
+
+    // Prompt rows: each lies in one prefill chunk; where the chunk holds the
+    // next token too, it must be the target the engine asked about.
+    std::size_t next = 0;
+    for (const PromptScoreSpec& sc : scores.specs) {
+      EXPECT_EQ(sc.targets.size(), static_cast<std::size_t>(sc.num_rows));
+      const BatchSequence* seq = nullptr;
+      for (const BatchSequence& s : batch.prefills) {
+        if (sc.first_row >= s.token_offset && sc.first_row < s.token_offset + s.num_new) seq = &s;
+      }
+      EXPECT_NE(seq, nullptr) << "scored row " << sc.first_row << " is in no prefill chunk";
+      if (!seq) return internal_error("bad scored row");
+      EXPECT_LE(sc.first_row + sc.num_rows, seq->token_offset + seq->num_new);
+      const std::vector<std::int32_t>& mem = memory_->tokens[seq->slot];
+      for (int i = 0; i < sc.num_rows; ++i) {
+        const int pos = seq->cached_len + (sc.first_row + i - seq->token_offset);
+        if (pos + 1 < static_cast<int>(mem.size())) {
+          EXPECT_EQ(mem[pos + 1], sc.targets[i]);
+        }
+        EXPECT_LT(next, scores.out.size());
+        if (next >= scores.out.size()) return internal_error("scored rows overflow");
+        scores.out[next++] =
+            prompt_score(std::span(mem).first(pos + 1), sc.targets[i], sc.num_top, vocab_size_);
+      }
+    }
+    EXPECT_EQ(next, scores.out.size());
     return {};
   }
 
@@ -427,8 +470,9 @@ class ScriptedModel final : public ModelExecutor {
       : scripts_(std::move(scripts)), filler_(filler) {}
 
   Status forward(const HybridBatch&, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores& scores) override {
     ++num_forwards;
+    EXPECT_TRUE(scores.specs.empty()) << "ScriptedModel scores no prompts";
     for (std::size_t i = 0; i < samples.size(); ++i) {
       const SampleSpec& spec = samples[i];
       const std::vector<std::int32_t>& script = scripts_.at(spec.token_ids[0]);

@@ -34,7 +34,7 @@ class KvMemoryModel final : public ModelExecutor {
   explicit KvMemoryModel(KvLayerView view) : view_(view) {}
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores&) override {
     auto at = [&](int slot, int pos) {
       return static_cast<float*>(view_.k) + slot * view_.slot_stride + pos * view_.token_stride;
     };
@@ -328,9 +328,9 @@ class SlowStepModel final : public ModelExecutor {
  public:
   SlowStepModel(kvcache::KvCache& cache) : cache_(cache), inner_(cache.layer_view(0)) {}
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores& scores) override {
     cache_.drain();
-    return inner_.forward(batch, samples, out);
+    return inner_.forward(batch, samples, out, scores);
   }
 
  private:

@@ -260,14 +260,14 @@ class TimedExecutor final : public ModelExecutor {
   TimedExecutor(ModelExecutor& inner, VirtualClock& clock, Clock::duration forward_time)
       : inner_(inner), clock_(clock), forward_time_(forward_time) {}
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores& scores) override {
     clock_.advance(forward_time_);
-    return inner_.forward(batch, samples, out);
+    return inner_.forward(batch, samples, out, scores);
   }
   Status launch(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                std::span<SampledToken> out) override {
+                std::span<SampledToken> out, const PromptScores& scores) override {
     done_at_ = clock_.now() + forward_time_;
-    return inner_.launch(batch, samples, out);
+    return inner_.launch(batch, samples, out, scores);
   }
   Status wait() override {
     const Status status = inner_.wait();
@@ -360,7 +360,7 @@ class WaitsForOutputWork final : public ModelExecutor {
  public:
   explicit WaitsForOutputWork(ModelExecutor& inner) : inner_(inner) {}
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
-                 std::span<SampledToken> out) override {
+                 std::span<SampledToken> out, const PromptScores& scores) override {
     const int step = ++num_forwards_;
     if (step >= 2) {
       std::unique_lock lock(mutex_);
@@ -368,7 +368,7 @@ class WaitsForOutputWork final : public ModelExecutor {
           cv_.wait_for(lock, std::chrono::seconds(10), [&] { return num_streamed_ >= step - 1; });
       if (!streamed) ++num_timeouts;
     }
-    return inner_.forward(batch, samples, out);
+    return inner_.forward(batch, samples, out, scores);
   }
   void streamed() {  // one step's tokens (one request) reached its stream
     {
@@ -416,8 +416,8 @@ TEST(Pipeline, TheWorkerRunsTheNextForwardDuringTheOutputWork) {
 // The worker thread hands back errors and survives them.
 class FailingModel final : public ModelExecutor {
  public:
-  Status forward(const HybridBatch&, std::span<const SampleSpec>,
-                 std::span<SampledToken> out) override {
+  Status forward(const HybridBatch&, std::span<const SampleSpec>, std::span<SampledToken> out,
+                 const PromptScores&) override {
     ++calls;
     if (calls % 2 == 0) return internal_error("injected");
     for (SampledToken& s : out) s = SampledToken{.token = 7};
@@ -437,7 +437,7 @@ TEST_P(AsyncExecutorTest, ReturnsEachStepsResultFromWait) {
   std::vector<SampleSpec> samples(3);
   std::vector<SampledToken> out(3);
   for (int i = 1; i <= 6; ++i) {
-    ASSERT_TRUE(worker.launch(batch, samples, out).ok());
+    ASSERT_TRUE(worker.launch(batch, samples, out, {}).ok());
     const Status s = worker.wait();
     EXPECT_EQ(s.ok(), i % 2 == 1) << i;
     if (s.ok()) {
@@ -446,9 +446,9 @@ TEST_P(AsyncExecutorTest, ReturnsEachStepsResultFromWait) {
     out.assign(3, SampledToken{});
   }
   EXPECT_TRUE(worker.wait().ok());  // nothing launched
-  EXPECT_TRUE(worker.forward(batch, samples, out).ok());
+  EXPECT_TRUE(worker.forward(batch, samples, out, {}).ok());
   EXPECT_EQ(inner.calls, 7);
-  ASSERT_TRUE(worker.launch(batch, samples, out).ok());  // destroyed with a step in flight
+  ASSERT_TRUE(worker.launch(batch, samples, out, {}).ok());  // destroyed with a step in flight
 }
 
 INSTANTIATE_TEST_SUITE_P(Spin, AsyncExecutorTest, ::testing::Values(0, 50, 5000));

@@ -15,88 +15,12 @@
 #include "engine/async_executor.h"
 #include "engine/engine.h"
 #include "engine_doubles.h"
+#include "engine_rig.h"
 
 namespace vpod::engine {
 namespace {
 
-using testing::ByteDecoderFactory;
-using testing::FakeKvCache;
-using testing::HashModel;
-using testing::SlotMemory;
-using testing::word_pieces;
-
-constexpr int kVocab = 60;
-constexpr std::int32_t kEos = 0;
-constexpr int kBlock = 8;
-
-struct Mode {
-  bool caching = true;
-  bool async = true;
-  bool worker = false;
-};
-
-std::string mode_name(Mode m) {
-  return std::string(m.caching ? "caching" : "no caching") + (m.async ? ", async" : ", sync") +
-         (m.worker ? "+worker" : "");
-}
-
-// One delta as a line: what a client sees, except the cached-token count
-// (the one field that differs with caching on).
-std::string describe(const RequestOutput& d) {
-  std::ostringstream o;
-  o << "tokens=";
-  for (std::int32_t t : d.token_ids) o << t << ',';
-  o << " text='" << d.text << "' logprobs=";
-  for (const SampledToken& s : d.logprobs) o << s.token << ':' << s.logprob << ' ';
-  o << " finished=" << d.finished << " reason=" << finish_reason_name(d.finish_reason) << " stop='"
-    << d.stop_string << "' n=" << d.num_prompt_tokens << '/' << d.num_generated_tokens;
-  return o.str();
-}
-
-struct Recorder {
-  std::shared_ptr<RequestStream> stream;
-  std::vector<std::string> deltas;
-  int num_tokens = 0;
-  bool finished = false;
-  int cached_tokens = -1;  // of the final delta
-  RequestOutput out;
-  void on_output() {
-    while (stream && stream->try_pop(out)) {
-      deltas.push_back(describe(out));
-      num_tokens += static_cast<int>(out.token_ids.size());
-      if (out.finished) cached_tokens = out.num_cached_tokens;
-      finished = finished || out.finished;
-    }
-  }
-};
-
-// The engine over the doubles, as production wires it.
-struct Rig {
-  Rig(Mode mode, int num_slots, int num_blocks, int max_seqs, int budget, int max_len)
-      : kv(num_slots, num_blocks, kBlock, max_len, &memory, mode.caching),
-        model(&memory, kVocab),
-        decoders(word_pieces(kVocab)) {
-    if (mode.worker) worker = std::make_unique<AsyncExecutor>(model);
-    EngineConfig config;
-    config.async_scheduling = mode.async;
-    config.scheduler = {.max_num_seqs = max_seqs, .max_num_batched_tokens = budget};
-    config.eos_token_ids = {kEos};
-    config.vocab_size = kVocab;
-    config.max_model_len = max_len;
-    auto created = Engine::create(
-        config, worker ? static_cast<ModelExecutor&>(*worker) : static_cast<ModelExecutor&>(model),
-        kv, decoders);
-    EXPECT_TRUE(created.ok()) << created.status().to_string();
-    engine = std::move(created).value();
-  }
-
-  SlotMemory memory;
-  FakeKvCache kv;
-  HashModel model;
-  std::unique_ptr<AsyncExecutor> worker;  // before the engine: destroyed after it
-  ByteDecoderFactory decoders;
-  std::unique_ptr<Engine> engine;
-};
+using namespace testing;  // the doubles and the rig (engine_rig.h)
 
 struct Workload {
   std::vector<RequestSpec> specs;
@@ -109,6 +33,7 @@ struct Workload {
 // engine has, and clients that disconnect.
 Workload shared_prefix_workload(int n, std::uint32_t seed) {
   std::mt19937 rng(seed);
+  std::mt19937 rng_scoring(seed ^ 0x5C0BEu);  // prompt logprobs, apart from the rest
   const std::vector<std::string> pieces = word_pieces(kVocab);
   std::vector<std::vector<std::int32_t>> systems(3);
   for (auto& s : systems) {
@@ -137,6 +62,11 @@ Workload shared_prefix_workload(int n, std::uint32_t seed) {
     if (rng() % 3 == 0) spec.stop.stop.push_back(pieces[rng() % kVocab] + pieces[rng() % kVocab]);
     if (rng() % 5 == 0) spec.stop.ignore_eos = true;
     if (rng() % 4 == 0) spec.sampling.logprobs = static_cast<int>(rng() % 3);
+    // Prompt logprobs bypass the cache's lookup; some only score (max_tokens 0).
+    if (rng_scoring() % 6 == 0) {
+      spec.sampling.prompt_logprobs = static_cast<int>(rng_scoring() % 3);
+      if (rng_scoring() % 3 == 0) spec.stop.max_tokens = 0;
+    }
     w.specs.push_back(std::move(spec));
     w.submit_at_step.push_back(static_cast<int>(rng() % 80));
     w.abort_after.push_back(rng() % 6 == 0 ? static_cast<int>(rng() % 8) : -1);

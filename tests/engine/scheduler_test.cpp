@@ -150,7 +150,7 @@ class Sim {
     scheduler.cache_prompts(s);  // as the engine does once the step is launched
     if (config.prefix_caching) kv.check();
     const std::span<SampledToken> out(sampled.data(), s.samples.size());
-    EXPECT_TRUE(model.forward(b, s.samples, out).ok());
+    EXPECT_TRUE(model.forward(b, s.samples, out, {}).ok());
     scheduler.commit(s, out);
     for (Request* r : s.sample_requests) {
       if (r->num_generated() >= r->stop.max_tokens) {
@@ -289,7 +289,7 @@ TEST(Scheduler, PrefillChunksShareAStepWithDecodes) {
   EXPECT_TRUE(s1.samples.empty());  // a partial chunk samples nothing
   std::vector<SampledToken> none;
   sim.kv.prepare(s1.batch).ok();
-  sim.model.forward(s1.batch, s1.samples, {}).ok();
+  sim.model.forward(s1.batch, s1.samples, {}, {}).ok();
   sim.scheduler.commit(s1, none);
   EXPECT_EQ(a->num_computed, 100);
 
@@ -316,7 +316,7 @@ TEST(Scheduler, PrefillChunksShareAStepWithDecodes) {
   EXPECT_EQ(s3.samples[1].sequence_index, 1);
   std::vector<SampledToken> out(2);
   sim.kv.prepare(s3.batch).ok();
-  sim.model.forward(s3.batch, s3.samples, out).ok();
+  sim.model.forward(s3.batch, s3.samples, out, {}).ok();
   sim.scheduler.commit(s3, out);
   EXPECT_EQ(a->state, RequestState::decoding);
   EXPECT_EQ(b->state, RequestState::decoding);
@@ -427,7 +427,7 @@ TEST(Scheduler, AVictimGoesBackAheadOfWaitingRequestsAndNothingIsAdmitted) {
       EXPECT_EQ(b->queue_next, w);
     }
     std::vector<SampledToken> out(s.samples.size());
-    ASSERT_TRUE(sim.model.forward(s.batch, s.samples, out).ok());
+    ASSERT_TRUE(sim.model.forward(s.batch, s.samples, out, {}).ok());
     sim.scheduler.commit(s, out);
   }
   ASSERT_EQ(b->num_preemptions, 1);
@@ -552,7 +552,7 @@ TEST(SchedulerPrefix, APrefillStartsAtTheFirstUncachedToken) {
   EXPECT_EQ(b->num_cached_tokens, 64);
   ASSERT_TRUE(sim.kv.prepare(s.batch).ok());
   std::vector<SampledToken> out(s.samples.size());
-  ASSERT_TRUE(sim.model.forward(s.batch, s.samples, out).ok());
+  ASSERT_TRUE(sim.model.forward(s.batch, s.samples, out, {}).ok());
   sim.scheduler.commit(s, out);
   ASSERT_TRUE(sim.run());
   EXPECT_EQ(sim.model.tokens_computed - computed_before, (100 - 64) + (5 - 1));

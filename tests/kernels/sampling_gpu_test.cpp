@@ -148,6 +148,8 @@ void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
       r.config = cfg.c;
       r.config.seed = 77u + static_cast<std::uint64_t>(s);
       r.config.index = static_cast<std::uint64_t>(s * 3);
+      // Prompt logprobs' scoring rides on every row (it changes no draw).
+      r.config.score_token = static_cast<std::int32_t>((s * 7919 + 3) % vocab);
       if (cfg.penalties) {
         r.prompt_ids = prompt;
         r.output_ids = output;
@@ -164,7 +166,7 @@ void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
     dev->copy_from_host(rows.data(), rows.size() * sizeof(float));
     const TensorView logits(dev->data(), DType::f32, {kSeeds, vocab}, Device::cuda);
     // Poisoned: a result the sampler does not write shows up as a mismatch.
-    std::vector<SampleResult> got(kSeeds, SampleResult{-7, NAN, {}});
+    std::vector<SampleResult> got(kSeeds, SampleResult{-7, NAN, {}, NAN, -1});
     const Status st = sampler.sample(logits, requests, nullptr, got);
     ASSERT_TRUE(st.ok()) << st.to_string();
     for (int s = 0; s < kSeeds; ++s) {
@@ -175,6 +177,10 @@ void run_case(GpuSampler& sampler, int vocab, Shape shape, int shape_id) {
       const std::string where = cfg.name + " vocab " + std::to_string(vocab) + " shape " +
                                 std::to_string(shape_id) + " seed " + std::to_string(s);
       EXPECT_EQ(got[s].token, want.token) << where;
+      EXPECT_NEAR(got[s].score_logprob, want.score_logprob,
+                  1e-4f + 1e-5f * std::fabs(want.score_logprob))
+          << where;
+      EXPECT_EQ(got[s].score_rank, want.score_rank) << where;
       EXPECT_NEAR(got[s].logprob, want.logprob, 1e-4f + 1e-5f * std::fabs(want.logprob)) << where;
       ASSERT_EQ(got[s].top.size(), want.top.size()) << where;
       for (std::size_t t = 0; t < want.top.size(); ++t) {

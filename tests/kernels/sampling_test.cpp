@@ -37,6 +37,30 @@ TEST(Sampling, GreedyTakesArgmaxWithLogprobs) {
   EXPECT_EQ(r.top[2].token, 2);
 }
 
+// Scoring (prompt logprobs): the given token's logprob and rank, beside the
+// draw, from the same processed logits (bias included).
+TEST(Sampling, ScoresAGivenToken) {
+  SamplingConfig c;
+  c.temperature = 0.0f;
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  for (int id = 0; id < static_cast<int>(kLogits.size()); ++id) {
+    c.score_token = id;
+    const SampleResult r = sample_ref(kLogits, c, {}, {});
+    EXPECT_EQ(r.token, 1);
+    EXPECT_NEAR(r.score_logprob, kLogits[id] - std::log(z), 1e-5) << id;
+    int above = 0;
+    for (float l : kLogits) above += l > kLogits[id];
+    EXPECT_EQ(r.score_rank, 1 + above) << id;
+  }
+  c.score_token = 3;
+  const std::vector<LogitBias> bias = {{3, 10.0f}};
+  const SampleResult biased = sample_ref(kLogits, c, {}, {}, {}, bias);
+  EXPECT_EQ(biased.token, 3);
+  EXPECT_EQ(biased.score_rank, 1);
+  EXPECT_NEAR(biased.score_logprob, biased.logprob, 1e-6);
+}
+
 TEST(Sampling, FrequenciesFollowTheSoftmax) {
   SamplingConfig c;
   c.temperature = 0.7f;

@@ -192,6 +192,40 @@ TEST_P(PrefixCacheTest, SharesBlocksAfterTheFirstRequestEnds) {
   EXPECT_EQ(provider->ledger().released_while_mapped, 0);
 }
 
+// As the engine reports: a step's prompt after its launch, indexed at the
+// next prepare(). A request that ends with its prefill (max_tokens 1) is
+// freed before any next prepare: its blocks are indexed at free().
+TEST_P(PrefixCacheTest, ARequestEndingWithItsPrefillStillCachesItsBlocks) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache = KvCache::create(prefix_config(KvLayout::all_layers, GetParam(), 64), provider);
+  ASSERT_TRUE(cache.ok());
+  KvCache& c = **cache;
+  const std::vector<std::int32_t> prompt = seq(100, 9);
+  Req a = make_req(prompt, 0, 0);
+  admit(c, a);
+  while (a.computed < a.prompt) {
+    const int n = std::min(40, a.prompt - a.computed);
+    ASSERT_TRUE(c.grow(a.slot, a.computed + n));
+    HybridBatch batch;
+    batch.prefills.push_back({.slot = a.slot, .cached_len = a.computed, .num_new = n});
+    ASSERT_TRUE(c.prepare(batch).ok());
+    compute(c, a.slot, a.tags, a.computed, a.computed + n);
+    c.cache_prompt(a.slot, prompt, a.computed + n);  // after the launch
+    a.computed += n;
+  }
+  c.free(a.slot);
+  EXPECT_EQ(c.stats().prefix_blocks_cached, 3);
+  Req b = make_req(prompt, 0, 2);
+  admit(c, b);
+  EXPECT_EQ(b.cached, 96);
+  run_to_end(c, b, 40);
+  EXPECT_EQ(mismatches(c, b.slot, b.tags, b.computed), 0);
+  c.free(b.slot);
+  c.drain();
+  ASSERT_TRUE(c.check_invariants().ok()) << c.check_invariants().to_string();
+  EXPECT_EQ(provider->ledger().released_while_mapped, 0);
+}
+
 TEST_P(PrefixCacheTest, ConcurrentRequestsShareTheSamePhysicalPages) {
   auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
   auto cache = KvCache::create(prefix_config(KvLayout::all_layers, GetParam(), 64), provider);

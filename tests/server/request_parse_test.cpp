@@ -220,7 +220,6 @@ TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
   check({{"response_format", {{"type", "json_object"}}}}, "response_format");
   check({{"suffix", "end"}}, "suffix");
   check({{"best_of", 3}}, "best_of");
-  check({{"echo", true}, {"logprobs", 2}}, "echo");
   check({{"guided_json", {{"type", "object"}}}}, "guided_json");
   check({{"use_beam_search", true}}, "use_beam_search");
   // The "off" values of those fields pass.
@@ -231,6 +230,48 @@ TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
                           {"use_beam_search", false},
                           {"suffix", ""}})
                   .ok());
+}
+
+// Prompt logprobs: echo + logprobs scores the prompt with the output's top-N
+// (the larger count wins with prompt_logprobs); max_tokens 0 only scores;
+// vLLM's prompt_logprobs is never streamed.
+TEST(CompletionParse, PromptLogprobs) {
+  auto echo = completion({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 0}});
+  ASSERT_TRUE(echo.ok()) << echo.error().message;
+  EXPECT_TRUE(echo->echo_logprobs);
+  EXPECT_EQ(echo->sampling.prompt_logprobs, 2);
+  EXPECT_EQ(echo->stop.max_tokens, 0);
+  EXPECT_FALSE(echo->output.prompt_logprobs);  // vLLM's field: not asked for
+  auto both =
+      completion({{"prompt", "x"}, {"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 4}});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->sampling.prompt_logprobs, 4);
+  EXPECT_EQ(both->output.prompt_logprobs, 4);
+  auto plain_echo = completion({{"prompt", "x"}, {"echo", true}});
+  ASSERT_TRUE(plain_echo.ok());
+  EXPECT_FALSE(plain_echo->echo_logprobs);
+  EXPECT_FALSE(plain_echo->sampling.prompt_logprobs);
+  auto streamed_echo =
+      completion({{"prompt", "x"}, {"echo", true}, {"logprobs", 0}, {"stream", true}});
+  EXPECT_TRUE(streamed_echo.ok());
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 0}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}}), "max_tokens");
+  expect_bad(completion({{"prompt", "x"}, {"prompt_logprobs", 1}, {"stream", true}}),
+             "prompt_logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"prompt_logprobs", 21}}), "prompt_logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"prompt_logprobs", -1}}), "prompt_logprobs");
+  expect_bad(completion({{"prompt", "x"}, {"max_tokens", -1}}), "max_tokens");
+}
+
+TEST(ChatParse, PromptLogprobs) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  auto r = chat({{"messages", messages}, {"prompt_logprobs", 3}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->sampling.prompt_logprobs, 3);
+  EXPECT_EQ(r->output.prompt_logprobs, 3);
+  expect_bad(chat({{"messages", messages}, {"prompt_logprobs", 0}, {"stream", true}}),
+             "prompt_logprobs");
+  expect_bad(chat({{"messages", messages}, {"max_tokens", 0}}), "max_tokens");
 }
 
 TEST(CompletionParse, LogitBias) {

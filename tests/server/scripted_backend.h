@@ -131,7 +131,7 @@ class ScriptedBackend : public ServingBackend {
     VPOD_RETURN_IF_ERROR(engine::validate(spec.stop));
     auto seq = std::make_shared<Sequence>();
     seq->stream = std::make_shared<engine::RequestStream>(
-        ++next_id_, spec.stop.max_tokens, spec.sampling.logprobs.has_value(), std::move(wake));
+        ++next_id_, spec.stop.max_tokens, spec.sampling.logprobs.has_value(), 0, std::move(wake));
     seq->spec = std::move(spec);
     // No seed: an arbitrary one, as an engine draws.
     seq->seed = seq->spec.sampling.seed.value_or(next_seed_++);

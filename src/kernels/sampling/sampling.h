@@ -37,6 +37,9 @@ struct SamplingConfig {
   std::uint64_t seed = 0;
   std::uint64_t index = 0;   // which output token of the request this is
   int num_top_logprobs = 0;  // top-N logprobs to return
+  // Scoring (prompt logprobs): >= 0 also reports this token's logprob and
+  // rank in SampleResult::score_*; -1 does not.
+  std::int32_t score_token = -1;
 };
 
 // One entry of a request's logit bias (OpenAI's logit_bias): added to the
@@ -55,6 +58,10 @@ struct SampleResult {
   std::int32_t token = 0;
   float logprob = 0.0f;           // of `token`, from the processed logits
   std::vector<TokenLogprob> top;  // most likely first, num_top_logprobs entries
+  // With SamplingConfig::score_token: its logprob (processed logits, like
+  // `logprob`) and its rank, 1 + the number of ids with a larger logit (vLLM's).
+  float score_logprob = 0.0f;
+  std::int32_t score_rank = 0;
 };
 
 // Scratch buffers of sample(), sized once for a vocabulary: the step loop

@@ -38,6 +38,7 @@ struct RowParams {
   float temperature, top_p, min_p;
   float repetition_penalty, presence_penalty, frequency_penalty;
   std::int32_t top_k, num_top;
+  std::int32_t score_token;  // -1: none (SamplingConfig::score_token)
   std::uint64_t seed, index;
   std::int32_t entries_begin, num_entries;
 };
@@ -45,6 +46,8 @@ struct RowParams {
 struct RowResult {
   std::int32_t token;
   float logprob;
+  float score_logprob;
+  std::int32_t score_rank;
   std::int32_t top_ids[kMaxGpuTopLogprobs];
   float top_logprobs[kMaxGpuTopLogprobs];
 };
@@ -213,6 +216,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const float log_z = __fadd_rn(max_l, static_cast<float>(log(z)));
 
   RowResult& out = sp.results[blockIdx.x];
+  if (p.score_token >= 0) {
+    const float ls = l[p.score_token];
+    int above = 0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) above += l[i] > ls ? 1 : 0;
+    above = block_count(above, sh);
+    if (threadIdx.x == 0) {
+      out.score_logprob = __fsub_rn(ls, log_z);
+      out.score_rank = 1 + above;
+    }
+  }
   // Top-N logprobs: the i-th is the best strictly after the (i-1)-th.
   Best prev{INFINITY, -1};
   for (int t = 0; t < p.num_top; ++t) {
@@ -536,6 +549,7 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
     rp.frequency_penalty = c.frequency_penalty;
     rp.top_k = c.top_k;
     rp.num_top = std::max(0, std::min(c.num_top_logprobs, m.vocab));
+    rp.score_token = c.score_token < m.vocab ? std::max(c.score_token, -1) : -1;
     rp.seed = c.seed;
     rp.index = c.index;
     rp.entries_begin = static_cast<std::int32_t>(begin);
@@ -585,6 +599,10 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
     SampleResult& o = out[static_cast<std::size_t>(r)];
     o.token = rr.token;
     o.logprob = rr.logprob;
+    if (rows_storage[static_cast<std::size_t>(r)].score_token >= 0) {
+      o.score_logprob = rr.score_logprob;
+      o.score_rank = rr.score_rank;
+    }
     o.top.clear();
     const int num_top = rows_storage[static_cast<std::size_t>(r)].num_top;
     for (int t = 0; t < num_top; ++t) o.top.push_back({rr.top_ids[t], rr.top_logprobs[t]});

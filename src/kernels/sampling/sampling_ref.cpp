@@ -100,6 +100,12 @@ void sample(std::span<const float> logits, const SamplingConfig& c,
   auto by_logit = [&](std::int32_t a, std::int32_t b) {
     return l[a] != l[b] ? l[a] > l[b] : a < b;
   };
+  if (c.score_token >= 0 && c.score_token < vocab) {
+    const float ls = l[c.score_token];
+    r.score_logprob = ls - log_z;
+    r.score_rank = 1 + static_cast<std::int32_t>(
+                           std::count_if(l, l + vocab, [ls](float v) { return v > ls; }));
+  }
   r.top.clear();
   if (c.num_top_logprobs > 0) {
     const int n = std::min(c.num_top_logprobs, vocab);
