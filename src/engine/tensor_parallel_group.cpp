@@ -1,0 +1,106 @@
+// TensorParallelGroup (tensor_parallel_group.h): building the ranks in
+// phases that cannot deadlock, and the step on every rank's thread.
+#include "engine/tensor_parallel_group.h"
+
+#include <cuda_runtime_api.h>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "model/nccl_communicator.h"
+
+namespace vpod::engine {
+
+Result<std::unique_ptr<TensorParallelGroup>> TensorParallelGroup::create(
+    const TensorParallelGroupOptions& o) {
+  if (o.size < 2) return invalid_argument("a tensor-parallel group needs at least 2 ranks");
+  VPOD_CHECK(o.make_backend != nullptr);
+  const int n = o.size;
+  if (o.device == Device::cuda) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+    if (devices < n) {
+      return invalid_argument(
+          fmt::format("--tensor-parallel-size {} needs {} GPUs, {} found", n, n, devices));
+    }
+    VPOD_RETURN_IF_ERROR(model::load_nccl());
+  }
+  std::unique_ptr<TensorParallelGroup> g(new TensorParallelGroup());
+  const Device device = o.device;
+  g->threads_ = std::make_unique<RankThreads>(n, [device](int rank) {
+    if (device == Device::cuda) cudaSetDevice(rank);
+  });
+  g->backends_.resize(n);
+  g->comms_.resize(n);
+  g->models_.resize(n);
+  RankThreads& threads = *g->threads_;
+
+  // 1. Backends (rank 0's thread is the caller: make its device current).
+  VPOD_RETURN_IF_ERROR(threads.run_all([&](int r) -> Status {
+    if (device == Device::cuda && r == 0 && cudaSetDevice(0) != cudaSuccess) {
+      return unavailable("cannot select CUDA device 0");
+    }
+    VPOD_ASSIGN_OR_RETURN(g->backends_[r], o.make_backend(r));
+    return {};
+  }));
+  // 2. Communicators. NCCL's init returns once every rank has joined, so it
+  // starts only when every backend exists.
+  if (device == Device::cpu) {
+    g->comms_ = model::make_local_communicators(n);
+  } else {
+    VPOD_ASSIGN_OR_RETURN(const model::NcclId id, model::nccl_unique_id());
+    VPOD_RETURN_IF_ERROR(threads.run_all([&](int r) -> Status {
+      VPOD_ASSIGN_OR_RETURN(g->comms_[r],
+                            model::make_nccl_communicator(id, r, n, g->backends_[r]->stream()));
+      return {};
+    }));
+  }
+  // 3. Each rank's shard (no collectives while loading).
+  VPOD_RETURN_IF_ERROR(threads.run_all([&](int r) -> Status {
+    model::ModelOptions mo = o.model;
+    mo.tensor_parallel = {.rank = r, .size = n, .comm = g->comms_[r].get()};
+    VPOD_ASSIGN_OR_RETURN(g->models_[r], model::Model::load(o.model_dir, *g->backends_[r], mo));
+    return {};
+  }));
+  g->plans_.resize(n);
+  return g;
+}
+
+TensorParallelGroup::~TensorParallelGroup() {
+  runner0_.reset();
+  if (!threads_) return;
+  (void)threads_->run_all([&](int r) -> Status {
+    if (r < static_cast<int>(models_.size())) models_[r].reset();
+    if (r < static_cast<int>(plans_.size())) plans_[r] = model::StepPlan();
+    if (r < static_cast<int>(comms_.size())) comms_[r].reset();
+    if (r < static_cast<int>(backends_.size())) backends_[r].reset();
+    return {};
+  });
+}
+
+void TensorParallelGroup::attach_kv(const kvcache::ReplicatedKvStore& store) {
+  VPOD_CHECK(store.num_ranks() == size() && !runner0_);
+  kv_.clear();
+  for (int r = 0; r < size(); ++r) kv_.push_back(store.rank_view(r));
+  runner0_ = std::make_unique<ModelRunner>(*models_[0], kv_[0]);
+}
+
+void TensorParallelGroup::set_logits_observer(LogitsObserver observer) {
+  VPOD_CHECK(runner0_ != nullptr);
+  runner0_->set_logits_observer(std::move(observer));
+}
+
+Status TensorParallelGroup::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
+                                    std::span<SampledToken> out) {
+  VPOD_CHECK_MSG(runner0_ != nullptr, "TensorParallelGroup::forward before attach_kv");
+  return threads_->run_all([&](int r) -> Status {
+    // Ranks >= 1 run the same forward (the same mode as rank 0's runner), so
+    // every collective meets its peers; their logits are slices nobody reads.
+    Status s = r == 0 ? runner0_->forward(batch, samples, out)
+                      : models_[r]->forward(batch, kv_[r], plans_[r]).status();
+    if (!s.ok()) comms_[r]->abort();
+    return s;
+  });
+}
+
+}  // namespace vpod::engine
