@@ -15,10 +15,16 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
   for (auto& r : results_) r.top.reserve(kMaxTopLogprobs);
 }
 
+Result<TensorView> ModelRunner::forward_logits(const HybridBatch& batch,
+                                               std::span<const SampleSpec> samples) {
+  (void)samples;
+  return model_.forward(batch, kv_, plan_);
+}
+
 Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                             std::span<SampledToken> out) {
   VPOD_CHECK(samples.size() == out.size());
-  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_));
+  VPOD_ASSIGN_OR_RETURN(TensorView logits, forward_logits(batch, samples));
   if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();

@@ -34,6 +34,10 @@ class ModelRunner final : public ModelExecutor {
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out) override;
+  // forward() without the sampling: the model's step as forward() runs it
+  // (same logits mode). The ranks other than 0 of a tensor-parallel group run
+  // this, so their collectives always meet rank 0's.
+  Result<TensorView> forward_logits(const HybridBatch& batch, std::span<const SampleSpec> samples);
 
   // Optional; called on the thread that runs forward().
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }

@@ -62,16 +62,14 @@ Result<std::unique_ptr<TensorParallelGroup>> TensorParallelGroup::create(
     VPOD_ASSIGN_OR_RETURN(g->models_[r], model::Model::load(o.model_dir, *g->backends_[r], mo));
     return {};
   }));
-  g->plans_.resize(n);
   return g;
 }
 
 TensorParallelGroup::~TensorParallelGroup() {
-  runner0_.reset();
   if (!threads_) return;
   (void)threads_->run_all([&](int r) -> Status {
+    if (r < static_cast<int>(runners_.size())) runners_[r].reset();
     if (r < static_cast<int>(models_.size())) models_[r].reset();
-    if (r < static_cast<int>(plans_.size())) plans_[r] = model::StepPlan();
     if (r < static_cast<int>(comms_.size())) comms_[r].reset();
     if (r < static_cast<int>(backends_.size())) backends_[r].reset();
     return {};
@@ -79,25 +77,27 @@ TensorParallelGroup::~TensorParallelGroup() {
 }
 
 void TensorParallelGroup::attach_kv(const kvcache::ReplicatedKvStore& store) {
-  VPOD_CHECK(store.num_ranks() == size() && !runner0_);
-  kv_.clear();
+  VPOD_CHECK(store.num_ranks() == size() && runners_.empty());
   for (int r = 0; r < size(); ++r) kv_.push_back(store.rank_view(r));
-  runner0_ = std::make_unique<ModelRunner>(*models_[0], kv_[0]);
+  for (int r = 0; r < size(); ++r) {
+    runners_.push_back(std::make_unique<ModelRunner>(*models_[r], kv_[r]));
+  }
 }
 
 void TensorParallelGroup::set_logits_observer(LogitsObserver observer) {
-  VPOD_CHECK(runner0_ != nullptr);
-  runner0_->set_logits_observer(std::move(observer));
+  VPOD_CHECK(!runners_.empty());
+  runners_[0]->set_logits_observer(std::move(observer));
 }
 
 Status TensorParallelGroup::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                                     std::span<SampledToken> out) {
-  VPOD_CHECK_MSG(runner0_ != nullptr, "TensorParallelGroup::forward before attach_kv");
+  VPOD_CHECK_MSG(!runners_.empty(), "TensorParallelGroup::forward before attach_kv");
   return threads_->run_all([&](int r) -> Status {
-    // Ranks >= 1 run the same forward (the same mode as rank 0's runner), so
-    // every collective meets its peers; their logits are slices nobody reads.
-    Status s = r == 0 ? runner0_->forward(batch, samples, out)
-                      : models_[r]->forward(batch, kv_[r], plans_[r]).status();
+    // Ranks >= 1 run the same step through their runners (the same logits
+    // mode), so every collective meets its peers; their logits are slices
+    // nobody reads.
+    Status s = r == 0 ? runners_[0]->forward(batch, samples, out)
+                      : runners_[r]->forward_logits(batch, samples).status();
     if (!s.ok()) comms_[r]->abort();
     return s;
   });

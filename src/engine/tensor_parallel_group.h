@@ -72,8 +72,8 @@ class TensorParallelGroup final : public ModelExecutor {
   std::vector<std::unique_ptr<model::Communicator>> comms_;
   std::vector<std::unique_ptr<model::Model>> models_;
   std::vector<KvCacheView> kv_;
-  std::vector<model::StepPlan> plans_;  // ranks >= 1 (rank 0's is its runner's)
-  std::unique_ptr<ModelRunner> runner0_;
+  // One per rank over its model and KV view; rank 0's samples.
+  std::vector<std::unique_ptr<ModelRunner>> runners_;
 };
 
 }  // namespace vpod::engine
