@@ -81,7 +81,7 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
   cmd.add_option("--cpu-threads", o.cpu_threads,
                  "CPU backend threads, all tensor-parallel ranks together (0: all cores)")
       ->capture_default_str();
-  cmd.add_option("--tensor-parallel-size,-tp", o.tensor_parallel_size,
+  cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
                  "Ranks the model is split over (GPUs 0..N-1, or CPU threads)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
