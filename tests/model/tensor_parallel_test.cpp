@@ -16,6 +16,7 @@
 
 #include "kv_buffers.h"
 #include "model/communicator.h"
+#include "model/make_model.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 #include "temp_model_dir.h"
@@ -282,6 +283,27 @@ TEST(TensorParallel, LayoutsReplicateKvHeadsAndRefuseWhatDoesNotDivide) {
   three_kv.num_q_heads = 48;
   three_kv.num_kv_heads = 3;
   refused(three_kv, 8, "3 KV heads can be replicated only when the size is a multiple of them");
+}
+
+// The 70B preset (written for tensor parallelism; too large to write in CI)
+// has Llama-3-70B's shapes and splits over 2, 4 and 8 GPUs.
+TEST(TensorParallel, Llama3_70bPresetHasItsShapesAndSplits) {
+  auto preset = find_preset("llama3-70b");
+  ASSERT_TRUE(preset.ok()) << preset.status().to_string();
+  const ModelConfig& c = preset->config;
+  EXPECT_EQ(c.num_layers, 80);
+  EXPECT_EQ(c.hidden_size, 8192);
+  EXPECT_EQ(c.num_q_heads, 64);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.intermediate_size, 28672);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_NEAR(static_cast<double>(c.num_parameters()), 70.55e9, 0.05e9);
+  for (int size : {2, 4, 8}) {
+    auto s = shard_layout(c, size, size - 1);
+    ASSERT_TRUE(s.ok()) << size << ": " << s.status().to_string();
+    EXPECT_EQ(s->num_kv_heads, 8 / size);
+  }
 }
 
 TEST(TensorParallel, ModelLoadRefusesASizeTheModelDoesNotDivide) {
