@@ -27,6 +27,7 @@ Result<std::unique_ptr<TensorParallelGroup>> TensorParallelGroup::create(
   }
   std::unique_ptr<TensorParallelGroup> g(new TensorParallelGroup());
   const Device device = o.device;
+  g->device_ = device;
   g->threads_ = std::make_unique<RankThreads>(n, [device](int rank) {
     if (device == Device::cuda) cudaSetDevice(rank);
   });
@@ -96,6 +97,13 @@ Status TensorParallelGroup::forward(const HybridBatch& batch, std::span<const Sa
     // Ranks >= 1 run the same step through their runners (the same logits
     // mode), so every collective meets its peers; their logits are slices
     // nobody reads.
+    // Rank 0 runs on the engine's model thread, whose current device other
+    // code may have switched (a rank's KV store binds its GPU to the thread
+    // that grows it): make GPU 0 current for this step.
+    if (r == 0 && device_ == Device::cuda && cudaSetDevice(0) != cudaSuccess) {
+      comms_[0]->abort();
+      return unavailable("cannot select CUDA device 0 for tensor-parallel rank 0");
+    }
     Status s = r == 0 ? runners_[0]->forward(batch, samples, out)
                       : runners_[r]->forward_logits(batch, samples).status();
     if (!s.ok()) comms_[r]->abort();

@@ -66,6 +66,8 @@ class TensorParallelGroup final : public ModelExecutor {
  private:
   TensorParallelGroup() = default;
 
+  Device device_ = Device::cpu;
+
   // Declared in construction order; the destructor releases them per rank.
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::unique_ptr<model::Backend>> backends_;
