@@ -78,7 +78,24 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
   add_parsed(cmd, "--attention", o.attention, engine::parse_attention_choice,
              "serial, simple (serial through the simple exact kernel) or pod (CUDA only)")
       ->default_str(std::string(engine::attention_choice_name(o.attention)));
-  cmd.add_option("--cpu-threads", o.cpu_threads, "CPU backend threads (0: all cores)")
+  cmd.add_option("--cpu-threads", o.cpu_threads,
+                 "CPU backend threads, all tensor-parallel ranks together (0: all cores)")
+      ->capture_default_str();
+  cmd.add_option("--tensor-parallel-size", o.tensor_parallel_size,
+                 "Ranks the model is split over (GPUs 0..N-1, or CPU threads)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--nnodes", o.distributed.nnodes, "Hosts of a tensor-parallel group")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--node-rank", o.distributed.node_rank, "This host's index, 0 to --nnodes - 1")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd.add_option("--master-addr", o.distributed.master_addr,
+                 "Host of node 0, which serves NCCL's id to the other nodes")
+      ->capture_default_str();
+  cmd.add_option("--master-port", o.distributed.master_port, "TCP port of --master-addr")
+      ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   cmd.add_option("--max-model-len", o.max_model_len,
                  "Prompt + output tokens per request (default: the model's context)");

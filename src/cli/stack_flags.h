@@ -14,7 +14,8 @@
 
 namespace vpod::cli {
 
-// --device --dtype --attention --cpu-threads --max-model-len --max-num-seqs
+// --device --dtype --attention --cpu-threads --tensor-parallel-size --nnodes --node-rank
+// --master-addr --master-port --max-model-len --max-num-seqs
 // --max-num-batched-tokens --kv-cache --kv-layout --kv-eager-allocation
 // --enable-prefix-caching / --no-enable-prefix-caching --gpu-memory-utilization --kv-cache-memory
 // --async-scheduling. `options` holds the defaults and must outlive the parse. (--model and --seed

@@ -8,17 +8,21 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include "common/splitmix64.h"
 #include "cuda/device_info.h"
 #include "engine/async_executor.h"
+#include "engine/tensor_parallel_group.h"
 #include "engine/tokenizer_decoder.h"
 #include "kvcache/cuda_vmm.h"
 #include "kvcache/host_vmm.h"
 #include "kvcache/paged_kv_cache.h"
+#include "kvcache/replicated_kv_store.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vpod::engine {
@@ -119,10 +123,13 @@ Result<std::uint64_t> model_prefix_salt(const std::filesystem::path& model_dir, 
 struct EngineStack::Parts {
   std::unique_ptr<model::Backend> backend;
   std::unique_ptr<model::Model> model;
+  // --tensor-parallel-size > 1 instead of backend and model: every rank's
+  // backend and shard (model_ is rank 0's).
+  std::unique_ptr<TensorParallelGroup> tp_group;
   // The vAttention KvCache (--kv-cache vattn) or the PagedKvCache (paged):
   // what the scheduler admits against and what the runner's view reads.
   std::unique_ptr<kvcache::KvStore> store;
-  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<ModelRunner> runner;    // tensor parallelism: the group runs instead
   std::unique_ptr<AsyncExecutor> worker;  // --async-scheduling on
   std::unique_ptr<DecoderFactory> decoders;
 };
@@ -151,6 +158,74 @@ Status EngineStack::build_backend(const StackOptions& o, const model::ModelConfi
   return {};
 }
 
+Status validate_distributed(const DistributedOptions& d) {
+  if (d.nnodes < 1) return invalid_argument(fmt::format("--nnodes must be >= 1, got {}", d.nnodes));
+  if (d.node_rank < 0 || d.node_rank >= d.nnodes) {
+    return invalid_argument(
+        fmt::format("--node-rank must be in [0, --nnodes = {}), got {}", d.nnodes, d.node_rank));
+  }
+  if (d.master_port < 1 || d.master_port > 65535) {
+    return invalid_argument(
+        fmt::format("--master-port must be in [1, 65535], got {}", d.master_port));
+  }
+  if (d.master_addr.empty()) return invalid_argument("--master-addr must not be empty");
+  return {};
+}
+
+// One backend and model, or (--tensor-parallel-size > 1) the group of ranks,
+// each rank's backend made like the single one on its own device.
+Status EngineStack::build_model(const StackOptions& o, const model::ModelConfig& config) {
+  Parts& p = *parts_;
+  const model::ModelOptions mo{.max_num_tokens = o.max_num_batched_tokens,
+                               .max_num_sequences = o.max_num_seqs};
+  auto check_paged = [&](const model::Backend& backend) -> Status {
+    if (o.kv_cache == KvCacheKind::paged && !backend.supports_paged_kv(config.head_dim)) {
+      return unimplemented(fmt::format(
+          "--kv-cache paged: the {} backend has no paged attention for head_dim {} in this dtype",
+          device_name(device_), config.head_dim));
+    }
+    return {};
+  };
+  if (o.tensor_parallel_size == 1) {
+    VPOD_RETURN_IF_ERROR(build_backend(o, config));
+    // Before the weights load (a minute for an 8B model in fp32), not after.
+    VPOD_RETURN_IF_ERROR(check_paged(*p.backend));
+    VPOD_ASSIGN_OR_RETURN(p.model, model::Model::load(o.model_dir, *p.backend, mo));
+    model_ = p.model.get();
+    return {};
+  }
+  if (o.attention == AttentionChoice::pod && device_ == Device::cpu) {
+    return unimplemented(
+        "--attention pod needs the CUDA backend (the CPU backend has one exact attention)");
+  }
+  const int n = o.tensor_parallel_size;
+  TensorParallelGroupOptions to;
+  to.size = n;
+  to.device = device_;
+  to.model_dir = o.model_dir;
+  to.model = mo;
+  const Device device = device_;
+  const int cpu_threads = o.cpu_threads > 0 ? std::max(1, o.cpu_threads / n) : 0;
+  to.make_backend = [&o, &config, device, cpu_threads,
+                     n](int rank) -> Result<std::unique_ptr<model::Backend>> {
+    if (device == Device::cuda) {
+      model::CudaBackendOptions options;
+      options.dtype = o.dtype.value_or(config.dtype);
+      options.device = rank;
+      apply_attention_choice(o.attention, options);
+      return model::make_cuda_backend(options);
+    }
+    // The cores shared between the ranks.
+    const int threads =
+        cpu_threads > 0 ? cpu_threads
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
+    return model::make_cpu_backend(threads);
+  };
+  VPOD_ASSIGN_OR_RETURN(p.tp_group, TensorParallelGroup::create(to));
+  model_ = &p.tp_group->model(0);
+  return check_paged(model_->backend());
+}
+
 // The KV budget when --kv-cache-memory is not given. GPU: what is left of
 // --gpu-memory-utilization once the model is loaded (measured; `note` says
 // how it was planned). CPU: room for every sequence at kCpuKvTokensPerSeq
@@ -177,21 +252,20 @@ Result<std::size_t> EngineStack::default_kv_budget(const StackOptions& o, int ma
 }
 
 kvcache::KvShape EngineStack::kv_shape() const {
-  const model::ModelConfig& mc = model_->config();
+  // Under tensor parallelism each rank's cache holds its own KV heads.
+  const model::ModelConfig& mc = model_->shard_config();
   return {.num_layers = mc.num_layers,
           .num_kv_heads = mc.num_kv_heads,
           .head_dim = mc.head_dim,
           .dtype = model_->kv_dtype()};
 }
 
-// The KV store and the runner that hands the model the store's view: every
-// piece whose constructor couples the engine to the KV cache is built here and
-// nowhere else. The model runner waits on the host for each step's sampled
-// tokens, so the step's kernels are done before the engine releases a slot: no
-// stream to fence on.
-Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len,
-                                        std::string* note) {
-  Parts& p = *parts_;
+// One KV store on `device_ordinal` (the calling thread's current device on
+// CUDA): the paged baseline or the vAttention cache.
+Result<std::unique_ptr<kvcache::KvStore>> EngineStack::make_kv_store(const StackOptions& o,
+                                                                     int max_model_len,
+                                                                     int device_ordinal,
+                                                                     std::string* note) {
   const kvcache::KvShape shape = kv_shape();
   VPOD_ASSIGN_OR_RETURN(const std::uint64_t salt, model_prefix_salt(o.model_dir, shape.dtype));
   if (o.kv_cache == KvCacheKind::paged) {
@@ -206,13 +280,11 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
                                                          .prefix_salt = salt}));
     *note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
                         paged->capacity_tokens());
-    p.store = std::move(paged);
-    p.runner = std::make_unique<ModelRunner>(*p.model, p.store->view());
-    return {};
+    return std::unique_ptr<kvcache::KvStore>(std::move(paged));
   }
   std::shared_ptr<kvcache::VmmProvider> provider;
   if (device_ == Device::cuda) {
-    VPOD_ASSIGN_OR_RETURN(auto cuda_provider, kvcache::CudaVmmProvider::create(0));
+    VPOD_ASSIGN_OR_RETURN(auto cuda_provider, kvcache::CudaVmmProvider::create(device_ordinal));
     provider = std::move(cuda_provider);
   } else {
     VPOD_ASSIGN_OR_RETURN(auto host_provider, kvcache::HostVmmProvider::create(kHostKvPageBytes));
@@ -232,7 +304,33 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
                                                  provider));
   *note = fmt::format("vattn {}, {} tokens", kvcache::kv_layout_name(o.kv_layout),
                       cache->capacity_tokens());
-  p.store = std::move(cache);
+  return std::unique_ptr<kvcache::KvStore>(std::move(cache));
+}
+
+// The KV store and the runner that hands the model the store's view: every
+// piece whose constructor couples the engine to the KV cache is built here and
+// nowhere else. The model runner waits on the host for each step's sampled
+// tokens, so the step's kernels are done before the engine releases a slot: no
+// stream to fence on. Tensor parallelism: one store per rank, made on the
+// rank's thread (its GPU), admitted against as one.
+Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len,
+                                        std::string* note) {
+  Parts& p = *parts_;
+  if (p.tp_group) {
+    const int n = p.tp_group->size();
+    std::vector<std::unique_ptr<kvcache::KvStore>> stores(n);
+    std::vector<std::string> notes(n);
+    VPOD_RETURN_IF_ERROR(p.tp_group->threads().run_all([&](int r) -> Status {
+      VPOD_ASSIGN_OR_RETURN(stores[r], make_kv_store(o, max_model_len, r, &notes[r]));
+      return {};
+    }));
+    VPOD_ASSIGN_OR_RETURN(auto replicated, kvcache::ReplicatedKvStore::create(std::move(stores)));
+    p.tp_group->attach_kv(*replicated);
+    *note = fmt::format("{} per rank, {} ranks", notes[0], n);
+    p.store = std::move(replicated);
+    return {};
+  }
+  VPOD_ASSIGN_OR_RETURN(p.store, make_kv_store(o, max_model_len, 0, note));
   p.runner = std::make_unique<ModelRunner>(*p.model, p.store->view());
   return {};
 }
@@ -243,6 +341,21 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   }
   if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
+  if (o.tensor_parallel_size < 1) {
+    return invalid_argument(
+        fmt::format("--tensor-parallel-size must be >= 1, got {}", o.tensor_parallel_size));
+  }
+  VPOD_RETURN_IF_ERROR(validate_distributed(o.distributed));
+  if (o.distributed.nnodes > 1) {
+    // The flags, NCCL's id exchange (engine/nccl_id_exchange.h) and the
+    // group's ranks take a node's place in a larger group, but an engine on
+    // another node needs each step's batch from node 0's scheduler, which
+    // nothing sends over the network yet.
+    return unimplemented(fmt::format(
+        "--nnodes {}: tensor parallelism across hosts is not implemented beyond the NCCL id "
+        "exchange (the step metadata broadcast to other nodes is missing); use one node",
+        o.distributed.nnodes));
   }
   std::unique_ptr<EngineStack> s(new EngineStack());
   Parts& p = *s->parts_;
@@ -263,18 +376,11 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
     }
   }
 
-  VPOD_RETURN_IF_ERROR(s->build_backend(o, config));
-  // Before the weights load (a minute for an 8B model in fp32), not after.
-  if (o.kv_cache == KvCacheKind::paged && !p.backend->supports_paged_kv(config.head_dim)) {
-    return unimplemented(fmt::format(
-        "--kv-cache paged: the {} backend has no paged attention for head_dim {} in this dtype",
-        device_name(s->device_), config.head_dim));
-  }
-  VPOD_ASSIGN_OR_RETURN(p.model, model::Model::load(o.model_dir, *p.backend,
-                                                    {.max_num_tokens = o.max_num_batched_tokens,
-                                                     .max_num_sequences = o.max_num_seqs}));
-  s->model_ = p.model.get();
-  const model::ModelConfig& mc = p.model->config();
+  // A size the model does not divide is refused before anything loads.
+  VPOD_RETURN_IF_ERROR(model::shard_layout(config, o.tensor_parallel_size, 0).status());
+  s->tensor_parallel_size_ = o.tensor_parallel_size;
+  VPOD_RETURN_IF_ERROR(s->build_model(o, config));
+  const model::ModelConfig& mc = s->model_->config();
 
   // The KV budget.
   s->kv_bytes_ = o.kv_cache_memory_bytes;
@@ -284,7 +390,13 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   }
   std::string cache_note;
   VPOD_RETURN_IF_ERROR(s->build_kv_and_runner(o, max_model_len, &cache_note));
-  if (o.logits_observer) p.runner->set_logits_observer(o.logits_observer);
+  if (o.logits_observer) {
+    if (p.tp_group) {
+      p.tp_group->set_logits_observer(o.logits_observer);
+    } else {
+      p.runner->set_logits_observer(o.logits_observer);
+    }
+  }
   if (s->tokenizer_) {
     p.decoders = std::make_unique<TokenizerDecoderFactory>(*s->tokenizer_);
   } else {
@@ -297,7 +409,7 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
                   .prefix_caching = o.prefix_caching};
   ec.max_model_len = max_model_len;
   ec.vocab_size = mc.vocab_size;
-  const model::GenerationConfig& gen = p.model->generation_config();
+  const model::GenerationConfig& gen = s->model_->generation_config();
   for (int id : gen.eos_token_ids.empty() ? mc.eos_token_ids : gen.eos_token_ids) {
     ec.eos_token_ids.push_back(id);
   }
@@ -306,20 +418,27 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   // tokens) while the engine thread streams the previous step's outputs. The
   // worker uses the CUDA runtime's default device 0, as the KV cache does.
   ec.async_scheduling = o.async_scheduling;
-  ModelExecutor* executor = p.runner.get();
+  ModelExecutor* executor = p.tp_group ? static_cast<ModelExecutor*>(p.tp_group.get())
+                                       : static_cast<ModelExecutor*>(p.runner.get());
   if (o.async_scheduling) {
-    p.worker = std::make_unique<AsyncExecutor>(*p.runner);
+    p.worker = std::make_unique<AsyncExecutor>(*executor);
     executor = p.worker.get();
   }
   VPOD_ASSIGN_OR_RETURN(s->engine_, Engine::create(ec, *executor, *p.store, *p.decoders));
   s->engine_->start();
 
   s->summary_ = fmt::format(
-      "{} ({}); {} layers, {} of weights; KV cache {} ({}, {} slots x {} tokens, prefix caching "
-      "{}){}{}",
-      device_name(s->device_), p.backend->description(), mc.num_layers,
-      format_gib(p.model->weight_bytes()), format_gib(s->kv_bytes_), cache_note, o.max_num_seqs,
-      max_model_len, o.prefix_caching ? "on" : "off", budget_note.empty() ? "" : "; ", budget_note);
+      "{} ({}{}); {} layers, {} of weights; KV cache {} ({}, {} slots x {} tokens, prefix "
+      "caching {}){}{}",
+      device_name(s->device_), s->model_->backend().description(),
+      o.tensor_parallel_size > 1
+          ? fmt::format(", tensor parallel x{} over {}", o.tensor_parallel_size,
+                        p.tp_group->communicator(0).description())
+          : "",
+      mc.num_layers,
+      format_gib(s->model_->weight_bytes() * static_cast<std::size_t>(o.tensor_parallel_size)),
+      format_gib(s->kv_bytes_), cache_note, o.max_num_seqs, max_model_len,
+      o.prefix_caching ? "on" : "off", budget_note.empty() ? "" : "; ", budget_note);
   return s;
 }
 

@@ -11,6 +11,11 @@
 //     paged baseline, which the scheduler admits against) + ModelRunner over
 //     the store's view -> Engine (started).
 //
+// With --tensor-parallel-size N > 1 the model is a TensorParallelGroup (one
+// thread, backend, shard and KV cache per rank; tensor_parallel_group.h) and
+// the scheduler admits against the ranks' stores as one
+// (kvcache::ReplicatedKvStore).
+//
 // Destruction stops the engine first (unfinished requests end with "abort"),
 // then releases what it borrowed, in reverse order of construction.
 #pragma once
@@ -59,12 +64,28 @@ void apply_attention_choice(AttentionChoice choice, model::CudaBackendOptions& o
 // never handed to another.
 Result<std::uint64_t> model_prefix_salt(const std::filesystem::path& model_dir, DType kv_dtype);
 
+// --nnodes, --node-rank, --master-addr, --master-port: tensor parallelism
+// across hosts. Global rank 0 (node 0) makes NCCL's id and serves it over TCP
+// at master_addr:master_port (engine/nccl_id_exchange.h).
+struct DistributedOptions {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+// The flags' checks (each error names the flag and the value).
+Status validate_distributed(const DistributedOptions& d);
+
 struct StackOptions {
   std::filesystem::path model_dir;
   DeviceRequest device = DeviceRequest::automatic;
   std::optional<DType> dtype;  // GPU compute dtype; unset: the model's
   AttentionChoice attention = AttentionChoice::serial;
-  int cpu_threads = 0;  // CPU backend threads; 0: all cores
+  int cpu_threads = 0;  // CPU backend threads (all ranks together); 0: all cores
+  // --tensor-parallel-size: ranks (GPUs, or CPU threads) the model is split
+  // over, in this process.
+  int tensor_parallel_size = 1;
+  DistributedOptions distributed;
 
   int max_model_len = 0;  // prompt + output per request; 0: the model's context length
   int max_num_seqs = 256;
@@ -109,7 +130,10 @@ class EngineStack {
 
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
+  // The model (tensor parallelism: rank 0's shard; config() is the whole
+  // model's).
   const model::Model& model() const { return *model_; }
+  int tensor_parallel_size() const { return tensor_parallel_size_; }
   // Null when the options said load_tokenizer = false.
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   Device device() const { return device_; }
@@ -121,6 +145,10 @@ class EngineStack {
  private:
   EngineStack();
   Status build_backend(const StackOptions& o, const model::ModelConfig& config);
+  // Loads the model: one backend and Model, or the tensor-parallel group.
+  Status build_model(const StackOptions& o, const model::ModelConfig& config);
+  Result<std::unique_ptr<kvcache::KvStore>> make_kv_store(const StackOptions& o, int max_model_len,
+                                                          int device_ordinal, std::string* note);
   Result<std::size_t> default_kv_budget(const StackOptions& o, int max_model_len,
                                         std::string* note) const;
   kvcache::KvShape kv_shape() const;
@@ -128,6 +156,7 @@ class EngineStack {
 
   struct Parts;  // members in construction order (destroyed bottom-up)
   Device device_ = Device::cpu;
+  int tensor_parallel_size_ = 1;
   std::size_t kv_bytes_ = 0;
   std::string summary_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;

@@ -15,12 +15,15 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
   for (auto& r : results_) r.top.reserve(kMaxTopLogprobs);
 }
 
+Status ModelRunner::forward_logits(const HybridBatch& batch, const PromptScores& scores) {
+  VPOD_RETURN_IF_ERROR(model_.forward(batch, kv_, plan_, logits_mode(scores)).status());
+  return score_prompts(scores, /*read=*/false);
+}
+
 Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                             std::span<SampledToken> out, const PromptScores& scores) {
   VPOD_CHECK(samples.size() == out.size());
-  const model::LogitsMode mode = scores.specs.empty() ? model::LogitsMode::last_per_sequence
-                                                      : model::LogitsMode::last_keep_hidden;
-  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_, mode));
+  VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_, logits_mode(scores)));
   if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
   requests_.clear();
@@ -55,13 +58,13 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
     for (int k = 0; k < s.num_top; ++k) s.top[k] = {r.top[k].token, r.top[k].logprob};
   }
   // After the sampler: row_logits reuses the logits buffer.
-  return score_prompts(scores);
+  return score_prompts(scores, /*read=*/true);
 }
 
 // Each spec's rows in slices of at most the logits buffer's rows: the LM head
 // over the slice, then the sampler (greedy, no penalties: raw logprobs) reads
 // each row's prompt-token logprob, rank and top-N.
-Status ModelRunner::score_prompts(const PromptScores& scores) {
+Status ModelRunner::score_prompts(const PromptScores& scores, bool read) {
   const int max_slice =
       std::min(model_.options().max_logit_rows, static_cast<int>(results_.size()));
   std::size_t next = 0;
@@ -71,6 +74,7 @@ Status ModelRunner::score_prompts(const PromptScores& scores) {
     for (int begin = 0; begin < spec.num_rows; begin += max_slice) {
       const int n = std::min(max_slice, spec.num_rows - begin);
       VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.row_logits(spec.first_row + begin, n));
+      if (!read) continue;
       requests_.clear();
       for (int i = 0; i < n; ++i) {
         kernels::SampleRequest& request = requests_.emplace_back();

@@ -39,13 +39,24 @@ class ModelRunner final : public ModelExecutor {
 
   Status forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
                  std::span<SampledToken> out, const PromptScores& scores) override;
+  // forward() without the sampling: the model's step as forward() runs it
+  // (same logits mode), then the LM head over the prompt rows `scores` asks
+  // for, slice by slice as forward() does, reading nothing. The ranks other
+  // than 0 of a tensor-parallel group run this, so their collectives always
+  // meet rank 0's.
+  Status forward_logits(const HybridBatch& batch, const PromptScores& scores);
 
   // Optional; called on the thread that runs forward().
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
 
  private:
-  // Prompt logprobs of the step just run (model_.row_logits in bounded slices).
-  Status score_prompts(const PromptScores& scores);
+  // Prompt logprobs of the step just run (model_.row_logits in bounded
+  // slices), sampled into scores.out unless `read` is false.
+  Status score_prompts(const PromptScores& scores, bool read);
+  static model::LogitsMode logits_mode(const PromptScores& scores) {
+    return scores.specs.empty() ? model::LogitsMode::last_per_sequence
+                                : model::LogitsMode::last_keep_hidden;
+  }
 
   model::Model& model_;
   KvCacheView kv_;

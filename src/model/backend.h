@@ -14,6 +14,8 @@
 // Status, which the model returns from forward.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -144,6 +146,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
   virtual std::string description() const = 0;
+  // The CUDA stream every op is enqueued on (a tensor-parallel rank's NCCL
+  // collectives go on it too, so step graphs capture them); null on the CPU.
+  virtual cudaStream_t stream() const { return nullptr; }
 
   // ---- memory (start-up only; nothing on the step path allocates) ----
   virtual Result<std::unique_ptr<BackendBuffer>> allocate(std::size_t bytes) = 0;
@@ -203,8 +208,10 @@ class Backend {
   virtual StepGraphStats step_graph_stats() const { return {}; }
 
   // ---- ops ----
-  // out[t, :] = table[token_ids[t], :]                      table [vocab, hidden]
-  virtual void embedding(const TensorView& table, const StepTensors& step,
+  // out[t, :] = table[token_ids[t] - first_id, :]         table [rows, hidden]
+  // The table holds ids [first_id, first_id + rows) (a tensor-parallel rank's
+  // vocab slice; first_id 0 and every id otherwise); other ids give zeros.
+  virtual void embedding(const TensorView& table, std::int64_t first_id, const StepTensors& step,
                          const TensorView& out) = 0;
   // out[t] = x[t] / rms(x[t]) * weight                        x, out [T, hidden]
   virtual void rms_norm(const TensorView& x, const TensorView& weight, float eps,

@@ -114,11 +114,20 @@ class CpuBackend final : public Backend {
     return {};
   }
 
-  void embedding(const TensorView& table, const StepTensors& step, const TensorView& out) override {
+  void embedding(const TensorView& table, std::int64_t first_id, const StepTensors& step,
+                 const TensorView& out) override {
     check_rows(out, step.num_tokens, table.size(1));
-    kernels::gather_rows_ref(fp(table), row_stride(table), table.size(0), step.token_ids,
-                             step.num_tokens, static_cast<int>(table.size(1)), fp(out),
-                             row_stride(out));
+    const std::int64_t rows = table.size(0);
+    const auto dim = static_cast<std::size_t>(table.size(1));
+    for (int t = 0; t < step.num_tokens; ++t) {
+      const std::int64_t id = step.token_ids[t] - first_id;
+      float* dst = fp(out) + t * row_stride(out);
+      if (id < 0 || id >= rows) {
+        std::fill(dst, dst + dim, 0.0f);  // another rank's vocab slice
+      } else {
+        std::copy_n(fp(table) + id * row_stride(table), dim, dst);
+      }
+    }
   }
 
   void rms_norm(const TensorView& x, const TensorView& weight, float eps,

@@ -68,7 +68,7 @@ class CudaBackend final : public Backend {
            std::string(attention::attention_mode_name(options_.attention_mode)) +
            (options_.attention == AttentionImpl::kernels ? "" : " simple") + ")";
   }
-  cudaStream_t stream() const { return stream_.get(); }
+  cudaStream_t stream() const override { return stream_.get(); }
 
   Result<std::unique_ptr<BackendBuffer>> allocate(std::size_t bytes) override {
     VPOD_ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer,
@@ -204,9 +204,10 @@ class CudaBackend final : public Backend {
   void set_op_timing(bool enabled) override { timer_.set_enabled(enabled); }
   OpTimes take_op_times() override { return timer_.take(); }
 
-  void embedding(const TensorView& table, const StepTensors& step, const TensorView& out) override {
+  void embedding(const TensorView& table, std::int64_t first_id, const StepTensors& step,
+                 const TensorView& out) override {
     StepTimer::Scope timed(timer_, OpCategory::other);
-    kernels::gather_rows_gpu(table, step.token_ids, step.num_tokens, out, stream_.get());
+    kernels::gather_rows_gpu(table, step.token_ids, step.num_tokens, out, stream_.get(), first_id);
   }
   void rms_norm(const TensorView& x, const TensorView& w, float eps,
                 const TensorView& out) override {

@@ -134,6 +134,20 @@ std::vector<ModelPreset> build_presets() {
     p.push_back(m);
   }
   {
+    // Llama-3.1-70B: 80 layers, hidden 8192, 64 heads, 8 KV heads (141 GB in
+    // bf16; tensor parallelism's target: each of 2 GPUs loads its half).
+    ModelPreset m = preset("llama3-70b", base(Architecture::llama, llama3_vocab, 8192, 28672, 80,
+                                              64, 8, 128, 500000.0, 131072, 1e-5f, DType::bf16));
+    llama3_rope(m.config);
+    m.config.bos_token_id = 128000;
+    m.config.eos_token_ids = {128001, 128008, 128009};
+    m.tokenizer_fixture = "llama3";
+    m.do_sample = true;
+    m.temperature = 0.6f;
+    m.top_p = 0.9f;
+    p.push_back(m);
+  }
+  {
     ModelPreset m = preset("llama2-7b", base(Architecture::llama, 32000, 4096, 11008, 32, 32, 32,
                                              128, 10000.0, 4096, 1e-5f, DType::f16));
     m.config.bos_token_id = 1;

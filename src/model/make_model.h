@@ -47,7 +47,8 @@ struct ModelPreset {
 
 // All presets: tiny, tiny-qwen2, tiny-qwen3 (CPU tests), test-llama3,
 // test-qwen2, test-qwen3 (GPU comparisons: 4 layers, hidden 1024, head dim
-// 128), llama3-8b, llama2-7b, mistral-7b, yi-6b, qwen2-7b, qwen3-8b.
+// 128), llama3-8b, llama3-70b, llama2-7b, mistral-7b, yi-6b, qwen2-7b,
+// qwen3-8b.
 const std::vector<ModelPreset>& model_presets();
 Result<ModelPreset> find_preset(const std::string& name);
 

@@ -2,16 +2,13 @@
 // the layer-by-layer forward of one hybrid batch over the backend's ops.
 #include "model/model.h"
 
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <set>
 #include <utility>
 
 #include "common/log.h"
 #include "kernels/rope/rope.h"
+#include "model/communicator.h"
 #include "model/weight_layout.h"
 
 namespace vpod::model {
@@ -24,19 +21,6 @@ TensorView sub3d(const TensorView& base, std::int64_t rows, std::int64_t heads,
   auto* p = static_cast<std::uint8_t*>(base.data()) + col * dtype_size(base.dtype());
   return TensorView(p, base.dtype(), {rows, heads, head_dim}, {base.stride(0), head_dim, 1},
                     base.device());
-}
-
-kernels::RopeParams rope_params(const RopeConfig& r) {
-  kernels::RopeParams p;
-  p.theta = r.theta;
-  p.scaling = r.scaling == RopeScaling::none     ? kernels::RopeScalingType::none
-              : r.scaling == RopeScaling::linear ? kernels::RopeScalingType::linear
-                                                 : kernels::RopeScalingType::llama3;
-  p.factor = r.factor;
-  p.low_freq_factor = r.low_freq_factor;
-  p.high_freq_factor = r.high_freq_factor;
-  p.original_max_position_embeddings = r.original_max_position_embeddings;
-  return p;
 }
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
@@ -71,59 +55,20 @@ Status validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& config,
   return {};
 }
 
-// Weight-upload progress: a bar on stderr on a terminal; otherwise a log
-// line per tenth of the bytes (with the elapsed time), so a service log shows
-// the load moving.
-class Progress {
- public:
-  explicit Progress(std::uint64_t total)
-      : total_(total), enabled_(::isatty(2) != 0), start_(std::chrono::steady_clock::now()) {}
-  void add(std::uint64_t bytes) {
-    done_ += bytes;
-    if (total_ == 0) return;
-    const int percent = static_cast<int>(100 * done_ / total_);
-    if (!enabled_) {
-      constexpr int kLogStepPercent = 10;
-      if (percent / kLogStepPercent == last_ / kLogStepPercent) return;
-      last_ = percent;
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      VPOD_LOG_INFO("loading weights: {}% ({:.2f} of {:.2f} GB, {:.1f} s)", percent,
-                    static_cast<double>(done_) / 1e9, static_cast<double>(total_) / 1e9, seconds);
-      return;
-    }
-    if (percent == last_) return;
-    last_ = percent;
-    constexpr int kWidth = 40;
-    const int filled = percent * kWidth / 100;
-    std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% (%.1f GB)", filled,
-                 "########################################", kWidth - filled, "", percent,
-                 static_cast<double>(done_) / 1e9);
-    if (done_ >= total_) std::fputc('\n', stderr);
-    std::fflush(stderr);
-  }
-
- private:
-  std::uint64_t total_;
-  std::uint64_t done_ = 0;
-  int last_ = 0;  // percent last shown (the 0% line is not)
-  bool enabled_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 }  // namespace
 
 Model::Model(Backend& backend, ModelConfig config, GenerationConfig generation,
              ModelOptions options)
     : backend_(backend),
       config_(std::move(config)),
+      local_(config_),
       generation_config_(std::move(generation)),
       options_(options) {}
 
 Model::~Model() = default;
 
 std::size_t Model::kv_bytes_per_token() const {
-  return 2 * static_cast<std::size_t>(config_.num_layers) * config_.kv_size() *
+  return 2 * static_cast<std::size_t>(local_.num_layers) * local_.kv_size() *
          dtype_size(kv_dtype());
 }
 
@@ -145,8 +90,16 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   VPOD_ASSIGN_OR_RETURN(GenerationConfig generation, load_generation_config(dir));
   VPOD_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
   VPOD_RETURN_IF_ERROR(validate_checkpoint(checkpoint, config, dir));
+  const TensorParallel& tp = options.tensor_parallel;
+  VPOD_ASSIGN_OR_RETURN(const ShardLayout shard, shard_layout(config, tp.size, tp.rank));
+  if (tp.size > 1 &&
+      (tp.comm == nullptr || tp.comm->size() != tp.size || tp.comm->rank() != tp.rank)) {
+    return invalid_argument("tensor parallelism needs the rank's communicator of the group");
+  }
   std::unique_ptr<Model> model(
       new Model(backend, std::move(config), std::move(generation), options));
+  model->shard_ = shard;
+  model->local_ = model::shard_config(model->config_, shard);
   if (model->options_.max_logit_rows <= 0) {
     model->options_.max_logit_rows = model->options_.max_num_sequences;
   }
@@ -157,106 +110,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   return model;
 }
 
-Status Model::load_weights(const Checkpoint& ckpt) {
-  const ModelConfig& c = config_;
-  const DType dt = backend_.compute_dtype();
-  const std::int64_t h = c.hidden_size;
-  const std::int64_t qkv_rows = c.q_size() + 2 * static_cast<std::int64_t>(c.kv_size());
-  const std::int64_t inter = c.intermediate_size;
-
-  // One allocation for all weights, carved into views in layout order.
-  std::uint64_t total_elems = 0;
-  for (const WeightSpec& spec : weight_layout(c)) {
-    std::uint64_t n = 1;
-    for (auto d : spec.shape) n *= static_cast<std::uint64_t>(d);
-    total_elems += n;
-  }
-  const std::size_t elem = dtype_size(dt);
-  VPOD_ASSIGN_OR_RETURN(auto buffer, backend_.allocate(total_elems * elem));
-  auto* base = static_cast<std::uint8_t*>(buffer->data());
-  weight_bytes_ = buffer->bytes();
-  buffers_.push_back(std::move(buffer));
-  std::uint64_t cursor = 0;
-  auto carve = [&](std::initializer_list<std::int64_t> shape) {
-    std::uint64_t n = 1;
-    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
-    TensorView v(base + cursor * elem, dt, shape, backend_.device());
-    cursor += n;
-    return v;
-  };
-  Progress progress(ckpt.total_bytes());
-  // Uploads tensor `name` into `dst` starting at element `offset`.
-  auto put = [&](const std::string& name, const TensorView& dst, std::int64_t offset) -> Status {
-    const WeightTensor* t = ckpt.find(name);
-    VPOD_CHECK(t != nullptr);  // validated
-    const std::int64_t numel = static_cast<std::int64_t>(t->nbytes / dtype_size(t->dtype));
-    VPOD_CHECK(offset + numel <= dst.numel());
-    auto* p = static_cast<std::uint8_t*>(dst.data()) + offset * elem;
-    VPOD_RETURN_IF_ERROR(backend_.upload(t->data, t->dtype, numel, p, dt));
-    progress.add(t->nbytes);
-    return {};
-  };
-
-  embed_ = carve({c.vocab_size, h});
-  VPOD_RETURN_IF_ERROR(put("model.embed_tokens.weight", embed_, 0));
-  layers_.resize(c.num_layers);
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights& w = layers_[l];
-    auto name = [&](const char* suffix) { return layer_weight_name(l, suffix); };
-    w.input_norm = carve({h});
-    VPOD_RETURN_IF_ERROR(put(name("input_layernorm.weight"), w.input_norm, 0));
-    w.qkv = carve({qkv_rows, h});
-    VPOD_RETURN_IF_ERROR(put(name("self_attn.q_proj.weight"), w.qkv, 0));
-    VPOD_RETURN_IF_ERROR(put(name("self_attn.k_proj.weight"), w.qkv, c.q_size() * h));
-    VPOD_RETURN_IF_ERROR(
-        put(name("self_attn.v_proj.weight"), w.qkv, (c.q_size() + c.kv_size()) * h));
-    if (c.qkv_bias) {
-      w.qkv_bias = carve({qkv_rows});
-      VPOD_RETURN_IF_ERROR(put(name("self_attn.q_proj.bias"), w.qkv_bias, 0));
-      VPOD_RETURN_IF_ERROR(put(name("self_attn.k_proj.bias"), w.qkv_bias, c.q_size()));
-      VPOD_RETURN_IF_ERROR(
-          put(name("self_attn.v_proj.bias"), w.qkv_bias, c.q_size() + c.kv_size()));
-    }
-    if (c.qk_norm) {
-      w.q_norm = carve({c.head_dim});
-      w.k_norm = carve({c.head_dim});
-      VPOD_RETURN_IF_ERROR(put(name("self_attn.q_norm.weight"), w.q_norm, 0));
-      VPOD_RETURN_IF_ERROR(put(name("self_attn.k_norm.weight"), w.k_norm, 0));
-    }
-    w.o = carve({h, c.q_size()});
-    VPOD_RETURN_IF_ERROR(put(name("self_attn.o_proj.weight"), w.o, 0));
-    if (c.o_bias) {
-      w.o_bias = carve({h});
-      VPOD_RETURN_IF_ERROR(put(name("self_attn.o_proj.bias"), w.o_bias, 0));
-    }
-    w.post_norm = carve({h});
-    VPOD_RETURN_IF_ERROR(put(name("post_attention_layernorm.weight"), w.post_norm, 0));
-    w.gate_up = carve({2 * inter, h});
-    VPOD_RETURN_IF_ERROR(put(name("mlp.gate_proj.weight"), w.gate_up, 0));
-    VPOD_RETURN_IF_ERROR(put(name("mlp.up_proj.weight"), w.gate_up, inter * h));
-    w.down = carve({h, inter});
-    VPOD_RETURN_IF_ERROR(put(name("mlp.down_proj.weight"), w.down, 0));
-  }
-  final_norm_ = carve({h});
-  VPOD_RETURN_IF_ERROR(put("model.norm.weight", final_norm_, 0));
-  if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
-  } else {
-    lm_head_ = carve({c.vocab_size, h});
-    VPOD_RETURN_IF_ERROR(put("lm_head.weight", lm_head_, 0));
-  }
-  VPOD_CHECK(cursor == total_elems);
-
-  inv_freq_host_ = kernels::rope_inv_freq(rope_params(c.rope), c.head_dim);
-  VPOD_ASSIGN_OR_RETURN(TensorView inv, alloc_tensor(DType::f32, {c.head_dim / 2}));
-  VPOD_RETURN_IF_ERROR(
-      backend_.upload(inv_freq_host_.data(), DType::f32, c.head_dim / 2, inv.data(), DType::f32));
-  rope_ = {static_cast<const float*>(inv.data()), c.head_dim};
-  return backend_.synchronize();
-}
-
 Status Model::allocate_activations() {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;
   const DType dt = backend_.compute_dtype();
   const std::int64_t t = options_.max_num_tokens;
   const std::int64_t rows = options_.max_logit_rows;
@@ -271,7 +126,15 @@ Status Model::allocate_activations() {
                         alloc_tensor(dt, {t, 2 * static_cast<std::int64_t>(c.intermediate_size)}));
   VPOD_ASSIGN_OR_RETURN(act_, alloc_tensor(dt, {t, c.intermediate_size}));
   VPOD_ASSIGN_OR_RETURN(selected_, alloc_tensor(dt, {rows, c.hidden_size}));
-  VPOD_ASSIGN_OR_RETURN(logits_, alloc_tensor(DType::f32, {rows, c.vocab_size}));
+  if (shard_.size > 1) {
+    VPOD_ASSIGN_OR_RETURN(logits_local_, alloc_tensor(DType::f32, {rows, c.vocab_size}));
+    VPOD_RETURN_IF_ERROR(options_.tensor_parallel.comm->reserve_gather(
+        static_cast<std::size_t>(rows * c.vocab_size) * sizeof(float)));
+  }
+  // The whole vocabulary's logits: the sampler's input, on rank 0 only.
+  if (shard_.rank == 0) {
+    VPOD_ASSIGN_OR_RETURN(logits_, alloc_tensor(DType::f32, {rows, config_.vocab_size}));
+  }
   activation_bytes_ = 0;
   for (std::size_t i = before; i < buffers_.size(); ++i) activation_bytes_ += buffers_[i]->bytes();
   return {};
@@ -296,7 +159,7 @@ Status check_view(const Kv& v, DType dtype, Device device, const ModelConfig& c)
 }  // namespace
 
 Status Model::validate_kv(const HybridBatch& batch, const KvCacheView& kv) const {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;  // this rank's KV heads
   if (kv.num_layers() != c.num_layers) {
     return invalid_argument("forward got " + std::to_string(kv.num_layers()) + " KV views for " +
                             std::to_string(c.num_layers) + " layers");
@@ -364,7 +227,7 @@ Result<TensorView> Model::forward(const HybridBatch& batch, const KvCacheView& k
   // The previous step's plan is done with (prepare_step waited for the
   // stream, so its upload has run).
   plan.clear();
-  const TensorView logits = logits_.slice(0, 0, num_rows);
+  const TensorView logits = shard_.rank == 0 ? logits_.slice(0, 0, num_rows) : logits_out(num_rows);
 
   // Decode-only steps run as one CUDA graph per launch shape (backend.h).
   const bool graphable = step_graphs_ && batch.prefills.empty() &&
@@ -417,14 +280,14 @@ Result<TensorView> Model::row_logits(int first_row, int num_rows) {
                         " rows, the model was set up for " +
                         std::to_string(options_.max_logit_rows));
   }
-  const TensorView logits = logits_.slice(0, 0, num_rows);
-  VPOD_RETURN_IF_ERROR(
-      backend_.linear(hidden_.slice(0, first_row, num_rows), lm_head_, nullptr, logits));
-  return logits;
+  VPOD_RETURN_IF_ERROR(backend_.linear(hidden_.slice(0, first_row, num_rows), lm_head_, nullptr,
+                                       logits_out(num_rows)));
+  VPOD_RETURN_IF_ERROR(gather_logits(num_rows));
+  return shard_.rank == 0 ? logits_.slice(0, 0, num_rows) : logits_out(num_rows);
 }
 
 Status Model::plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;
   return backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim, kv.is_paged(),
                                  plan);
 }
@@ -460,7 +323,7 @@ std::uint64_t Model::graph_key(const KvCacheView& kv) const {
 
 Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan,
                       int num_tokens, int num_rows, bool fused, bool plan_late) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;  // this rank's heads and slices
   Backend& b = backend_;
   const std::int64_t t = num_tokens;
   const TensorView residual = residual_.slice(0, 0, t);
@@ -484,10 +347,15 @@ Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& 
     }
     b.rope_kv_append(q, k, v, rope_, step, kv, l);
     VPOD_RETURN_IF_ERROR(b.attention(q, kv, l, step, plan, scale, attn_out3));
-    return b.linear(attn_out, w.o, c.o_bias ? &w.o_bias : nullptr, delta);
+    // Row-parallel: each rank's partial sum; the bias is added once.
+    const bool bias = c.o_bias && shard_.rank == 0;
+    VPOD_RETURN_IF_ERROR(b.linear(attn_out, w.o, bias ? &w.o_bias : nullptr, delta));
+    return all_reduce(delta);
   };
 
-  b.embedding(embed_, step, residual);
+  // Vocab-parallel: ids outside this rank's rows embed as zeros.
+  b.embedding(embed_, shard_.first_vocab(), step, residual);
+  VPOD_RETURN_IF_ERROR(all_reduce(residual));
   if (fused) {
     VPOD_CHECK(!plan_late);
     // Few rows: every RMSNorm (with its residual add) runs inside the GEMV
@@ -514,20 +382,21 @@ Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& 
       b.norm_linear_silu(normed(w.post_norm, true), w.gate_up, act);
       std::swap(cur, spare);
       VPOD_RETURN_IF_ERROR(b.linear(act, w.down, nullptr, delta));
+      VPOD_RETURN_IF_ERROR(all_reduce(delta));
     }
     if (num_rows > 0 && b.decode_tuning().fuse_logits) {
       NormedRows last = normed(final_norm_, true);
       last.residual_out = nullptr;
       last.rows = step.logit_rows;
       last.num_rows = num_rows;
-      b.norm_linear(last, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+      b.norm_linear(last, lm_head_, nullptr, logits_out(num_rows));
     } else {
       b.add_rms_norm(cur, delta, final_norm_, c.rms_norm_eps, spare);
       const TensorView selected = selected_.slice(0, 0, num_rows);
       b.gather_rows(spare, step, selected);
-      VPOD_RETURN_IF_ERROR(b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows)));
+      VPOD_RETURN_IF_ERROR(b.linear(selected, lm_head_, nullptr, logits_out(num_rows)));
     }
-    return {};
+    return gather_logits(num_rows);
   }
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
@@ -543,11 +412,31 @@ Status Model::run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& 
     VPOD_RETURN_IF_ERROR(b.linear(hidden, w.gate_up, nullptr, gate_up));
     b.silu_mul(gate_up, act);
     VPOD_RETURN_IF_ERROR(b.linear(act, w.down, nullptr, delta));
+    VPOD_RETURN_IF_ERROR(all_reduce(delta));
   }
   b.add_rms_norm(residual, delta, final_norm_, c.rms_norm_eps, hidden);
   const TensorView selected = selected_.slice(0, 0, num_rows);
   b.gather_rows(hidden, step, selected);
-  return b.linear(selected, lm_head_, nullptr, logits_.slice(0, 0, num_rows));
+  VPOD_RETURN_IF_ERROR(b.linear(selected, lm_head_, nullptr, logits_out(num_rows)));
+  return gather_logits(num_rows);
+}
+
+// ---- tensor parallelism's collectives (no-ops at size 1) ----
+
+Status Model::all_reduce(const TensorView& x) {
+  if (shard_.size == 1) return {};
+  return options_.tensor_parallel.comm->all_reduce_sum(x);
+}
+
+TensorView Model::logits_out(int num_rows) const {
+  return (shard_.size == 1 ? logits_ : logits_local_).slice(0, 0, num_rows);
+}
+
+Status Model::gather_logits(int num_rows) {
+  if (shard_.size == 1) return {};
+  return options_.tensor_parallel.comm->gather_columns(
+      logits_local_.slice(0, 0, num_rows),
+      shard_.rank == 0 ? logits_.slice(0, 0, num_rows) : TensorView());
 }
 
 }  // namespace vpod::model

@@ -26,6 +26,7 @@
 #include "model/safetensors.h"
 #include "model/step_metadata.h"
 #include "model/step_plan.h"
+#include "model/tensor_parallel.h"
 
 namespace vpod::model {
 
@@ -38,6 +39,10 @@ struct ModelOptions {
   // Decode-only steps of at most this many sequences run as CUDA graphs
   // (backends that support them); 0 turns graphs off.
   int max_graph_batch_size = 256;
+  // This model's rank in a tensor-parallel group (tensor_parallel.h): it
+  // loads and computes its shard only, and meets the other ranks' models in
+  // the communicator's collectives. Size 1: the whole model.
+  TensorParallel tensor_parallel{};
 };
 
 class Model {
@@ -48,7 +53,13 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  // The whole model's config (what the checkpoint holds and the engine sees).
   const ModelConfig& config() const { return config_; }
+  // This rank's shard: its heads, KV heads, intermediate and vocab slices
+  // (equal to config() at tensor-parallel size 1). Its KV cache holds
+  // shard_config().num_kv_heads heads.
+  const ModelConfig& shard_config() const { return local_; }
+  const ShardLayout& shard() const { return shard_; }
   const GenerationConfig& generation_config() const { return generation_config_; }
   Backend& backend() const { return backend_; }
   const ModelOptions& options() const { return options_; }
@@ -57,18 +68,19 @@ class Model {
   std::size_t activation_bytes() const { return activation_bytes_; }
   // KV-cache element type this model writes (the backend's compute dtype).
   DType kv_dtype() const { return backend_.compute_dtype(); }
-  // Bytes of K+V per token across all layers.
+  // Bytes of K+V per token across all layers of this rank's KV heads.
   std::size_t kv_bytes_per_token() const;
 
   // One step. Returns fp32 logits [rows, vocab_size] in backend memory, valid
-  // until the next forward: one row per sequence (prefills, then decodes) or,
-  // with LogitsMode::all_tokens, one per token. K/V of the step's tokens are
-  // written to `kv` (every layer of one cache: contiguous, or the paged
-  // baseline whose block tables are already where the backend reads them,
-  // which needs backend().supports_paged_kv(head_dim)) before attention
-  // reads them. `plan` receives the step's attention plan (Backend::
-  // plan_attention); pass the same StepPlan every step so its buffers are
-  // reused. A failed op (a launch or the planner) is returned.
+  // until the next forward (under tensor parallelism every rank runs the
+  // step; rank 0 returns the whole vocabulary's logits, the others their
+  // vocab slice [rows, shard_config().vocab_size]): one row per sequence (prefills, then decodes)
+  // or, with LogitsMode::all_tokens, one per token. K/V of the step's tokens are written to `kv`
+  // (every layer of one cache: contiguous, or the paged baseline whose block tables are already
+  // where the backend reads them, which needs backend().supports_paged_kv(head_dim)) before
+  // attention reads them. `plan` receives the step's attention plan (Backend:: plan_attention);
+  // pass the same StepPlan every step so its buffers are reused. A failed op (a launch or the
+  // planner) is returned.
   Result<TensorView> forward(const HybridBatch& batch, const KvCacheView& kv, StepPlan& plan,
                              LogitsMode mode = LogitsMode::last_per_sequence);
 
@@ -107,12 +119,22 @@ class Model {
   Status run_ops(const StepTensors& step, const KvCacheView& kv, StepPlan& plan, int num_tokens,
                  int num_rows, bool fused, bool plan_late);
   Status plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan);
+  // The row-parallel sum at the end of o_proj and down_proj, and of the
+  // vocab-parallel embedding: an all-reduce under tensor parallelism,
+  // nothing at size 1.
+  Status all_reduce(const TensorView& x);
+  // The LM head's output: this rank's vocab slice [rows, local vocab] (the
+  // whole logits at size 1), gathered into logits_ on rank 0.
+  TensorView logits_out(int num_rows) const;
+  Status gather_logits(int num_rows);
   // Identifies the addresses a recorded step bakes in beyond the backend's
   // own buffers: this model's, and the KV views and block tables.
   std::uint64_t graph_key(const KvCacheView& kv) const;
 
   Backend& backend_;
   ModelConfig config_;
+  ModelConfig local_;  // shard_config()
+  ShardLayout shard_;
   GenerationConfig generation_config_;
   ModelOptions options_;
   std::vector<std::unique_ptr<BackendBuffer>> buffers_;
@@ -127,6 +149,9 @@ class Model {
   // Activations, [max_num_tokens, ...].
   TensorView residual_, hidden_, qkv_, attn_out_, delta_, gate_up_, act_;
   TensorView selected_, logits_;  // [max_logit_rows, hidden], [max_logit_rows, vocab] fp32
+  // [max_logit_rows, local vocab] fp32: the LM head's slice under tensor
+  // parallelism (empty at size 1, where the head writes logits_).
+  TensorView logits_local_;
   StepArrays step_arrays_;
   // Rows of hidden_ that hold the final normed hidden state (the last
   // forward ran with LogitsMode::last_keep_hidden); 0 otherwise.

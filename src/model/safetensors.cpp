@@ -384,27 +384,34 @@ Status write_safetensors(const std::filesystem::path& path,
   while (text.size() % 8 != 0) text.push_back(' ');
   const std::uint64_t total = 8 + text.size() + cursor;
 
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return not_found(path.string() + ": cannot create (" + std::strerror(errno) + ")");
-  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+  // Writes `bytes` at `offset` (pwrite may write less than asked).
+  auto write_at = [fd](const std::uint8_t* src, std::size_t bytes, std::uint64_t offset) {
+    while (bytes > 0) {
+      const ssize_t n = ::pwrite(fd, src, bytes, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      src += n;
+      bytes -= static_cast<std::size_t>(n);
+      offset += static_cast<std::uint64_t>(n);
+    }
+    return true;
+  };
+  std::vector<std::uint8_t> head(8 + text.size());
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  std::memcpy(head.data() + 8, text.data(), text.size());
+  if (!write_at(head.data(), head.size(), 0)) {
     const int err = errno;
     ::close(fd);
-    return resource_exhausted(path.string() + ": cannot size to " + std::to_string(total) +
-                              " bytes (" + std::strerror(err) + ")");
+    return resource_exhausted(path.string() + ": cannot write (" + std::strerror(err) + ")");
   }
-  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    return internal_error(path.string() + ": mmap failed (" + std::strerror(map_err) + ")");
-  }
-  auto* base = static_cast<std::uint8_t*>(p);
-  const std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) base[i] = static_cast<std::uint8_t>(n >> (8 * i));
-  std::memcpy(base + 8, text.data(), text.size());
-  std::uint8_t* data = base + 8 + text.size();
+  const std::uint64_t data_offset = head.size();
 
-  // Work items: chunks of at most kChunkElements of one tensor.
+  // Work items: chunks of at most kChunkElements of one tensor, each filled
+  // into its thread's buffer and written at its offset: memory use is one
+  // chunk per thread, whatever the model's size (a 70B model is 141 GB).
   constexpr std::int64_t kChunkElements = std::int64_t{1} << 22;
   struct Chunk {
     std::size_t index;
@@ -419,20 +426,31 @@ Status write_safetensors(const std::filesystem::path& path,
     }
   }
   std::atomic<std::size_t> next{0};
+  std::atomic<int> write_errno{0};
   auto worker = [&] {
-    for (std::size_t c = next++; c < chunks.size(); c = next++) {
+    std::vector<std::uint8_t> buffer;
+    for (std::size_t c = next++; c < chunks.size() && write_errno == 0; c = next++) {
       const Chunk& ch = chunks[c];
       const std::size_t elem = dtype_size(entries[ch.index].dtype);
-      fill(ch.index, ch.first, ch.count,
-           data + offsets[ch.index] + static_cast<std::uint64_t>(ch.first) * elem);
+      buffer.resize(static_cast<std::size_t>(ch.count) * elem);
+      fill(ch.index, ch.first, ch.count, buffer.data());
+      if (!write_at(
+              buffer.data(), buffer.size(),
+              data_offset + offsets[ch.index] + static_cast<std::uint64_t>(ch.first) * elem)) {
+        write_errno = errno != 0 ? errno : EIO;
+      }
     }
   };
   std::vector<std::thread> threads;
   for (int t = 1; t < std::max(1, num_threads); ++t) threads.emplace_back(worker);
   worker();
   for (auto& t : threads) t.join();
-  const int rc = ::munmap(p, total);
-  if (rc != 0) return internal_error(path.string() + ": munmap failed");
+  const int close_rc = ::close(fd);
+  if (write_errno != 0 || close_rc != 0) {
+    const int err = write_errno != 0 ? write_errno.load() : errno;
+    return resource_exhausted(path.string() + ": cannot write " + std::to_string(total) +
+                              " bytes (" + std::strerror(err) + ")");
+  }
   return {};
 }
 

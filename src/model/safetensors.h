@@ -100,8 +100,8 @@ class Checkpoint {
 };
 
 // Writes a safetensors file. `tensors` are (name, dtype, shape, bytes) in the
-// order they are stored; `fill` produces each tensor's bytes into the mapped
-// output (so multi-GB files are written without a second copy).
+// order they are stored; `fill` produces each tensor's bytes in chunks (so
+// multi-GB files are written without holding them in memory).
 struct SafetensorsWriteEntry {
   std::string name;
   DType dtype = DType::f32;
@@ -112,8 +112,9 @@ struct SafetensorsWriteEntry {
 // points at element `first`). Called from several threads at once.
 using TensorFill = std::function<void(std::size_t index, std::int64_t first, std::int64_t count,
                                       std::uint8_t* dst)>;
-// Creates `path` of the right size, maps it, fills every entry in chunks on
-// `num_threads` threads, and unmaps it. The header is padded with spaces to a
+// Creates `path` and fills every entry in chunks on `num_threads` threads,
+// each chunk into a thread's buffer and written at its offset (memory: one
+// chunk per thread, whatever the file's size). The header is padded with spaces to a
 // multiple of 8 bytes, as the reference writer does.
 Status write_safetensors(const std::filesystem::path& path,
                          const std::vector<SafetensorsWriteEntry>& entries,

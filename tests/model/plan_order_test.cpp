@@ -63,9 +63,10 @@ class RecordingBackend final : public Backend {
                                    std::uint64_t caller_key) override {
     return inner_->try_step_graph(step, plan, caller_key);
   }
-  void embedding(const TensorView& table, const StepTensors& step, const TensorView& out) override {
+  void embedding(const TensorView& table, std::int64_t first_id, const StepTensors& step,
+                 const TensorView& out) override {
     ops.push_back("embedding");
-    inner_->embedding(table, step, out);
+    inner_->embedding(table, first_id, step, out);
   }
   void rms_norm(const TensorView& x, const TensorView& weight, float eps,
                 const TensorView& out) override {

@@ -16,9 +16,11 @@ void gather_rows_ref(const float* table, std::int64_t table_stride, std::int64_t
                      std::int64_t out_stride);
 
 // table [N, dim], out [num_rows, dim] (same dtype); rows is a device array.
-// An index outside [0, N) writes zeros (the host validated token ids; this
-// keeps a bad id from reading out of bounds).
+// out[r] = table[rows[r] - first_row]: the table holds rows [first_row,
+// first_row + N) of a larger one (a tensor-parallel rank's vocab slice). An
+// index outside them writes zeros (the vocab-parallel embedding's mask; it
+// also keeps a bad id from reading out of bounds).
 void gather_rows_gpu(const TensorView& table, const std::int32_t* rows, int num_rows,
-                     const TensorView& out, cudaStream_t stream);
+                     const TensorView& out, cudaStream_t stream, std::int64_t first_row = 0);
 
 }  // namespace vpod::kernels
