@@ -23,8 +23,15 @@ bool AttentionRunner::uses_kernels(int head_dim) const {
 }
 
 bool AttentionRunner::supports_paged(int head_dim) const {
-  // Heads 1:1 stand in for the model's (the group is checked when planning).
-  return attention::fi::paged_attention_supported({1, 1, head_dim, options_.dtype}).ok();
+  // Asked every step (Model::validate_kv): the device query runs once per
+  // head_dim. Heads 1:1 stand in for the model's (the group is checked when
+  // planning).
+  if (paged_support_head_dim_ != head_dim) {
+    paged_support_ =
+        attention::fi::paged_attention_supported({1, 1, head_dim, options_.dtype}).ok();
+    paged_support_head_dim_ = head_dim;
+  }
+  return paged_support_;
 }
 
 Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int num_kv_heads,

@@ -56,6 +56,9 @@ class AttentionRunner {
   // counters (one set per stream).
   std::optional<attention::PodDevice> pod_device_;
   std::optional<attention::PodCounters> pod_counters_;
+  // supports_paged()'s answer for one head_dim (-1: not asked yet).
+  mutable int paged_support_head_dim_ = -1;
+  mutable bool paged_support_ = false;
 };
 
 }  // namespace vpod::model
