@@ -255,11 +255,6 @@ Result<bool> PagedPlan::build(const HybridBatch& batch, const AttentionDims& dim
   if (decode_.batch_size > 0) {
     VPOD_ASSIGN_OR_RETURN(const bool m, plan_part(decode_, /*fa3=*/false, cuda_graph, stream));
     moved = moved || m;
-    const int tile = decode_cta_tile_q();
-    if (std::find(std::begin(kDecodeTiles), std::end(kDecodeTiles), tile) ==
-        std::end(kDecodeTiles)) {
-      return unimplemented(fmt::format("FlashInfer's decode planned query tile {}", tile));
-    }
   }
   if (prefill_.batch_size > 0) {
     VPOD_ASSIGN_OR_RETURN(
@@ -278,6 +273,15 @@ Result<bool> PagedPlan::build(const HybridBatch& batch, const AttentionDims& dim
         gather_pages(kv.block_table, kv.max_blocks_per_slot, pages + part->slots,
                      pages + part->kv_indptr, part->batch_size, pages + part->indices, stream);
     if (!error.empty()) return flashinfer_error("page gather", error);
+  }
+  // Checked once the uploads are enqueued and their event recorded (the
+  // planners' copies read the staging either way).
+  if (decode_.batch_size > 0) {
+    const int tile = decode_cta_tile_q();
+    if (std::find(std::begin(kDecodeTiles), std::end(kDecodeTiles), tile) ==
+        std::end(kDecodeTiles)) {
+      return unimplemented(fmt::format("FlashInfer's decode planned query tile {}", tile));
+    }
   }
   num_prefill_tokens_ = prefill_.num_rows;
   num_decodes_ = decode_.batch_size;
