@@ -117,7 +117,8 @@ if has kernels; then
       --max-sweep 0 --json "$out/kernels/pod_peers.json" | tee "$out/logs/pod_peers.txt"
   fi
   # Throughput against size: one-shot prefill 2K-128K, decode batch 1-256 at 16K context,
-  # contiguous against paged (block 16), beside PyTorch FA2/cuDNN (ATTENTION_SWEEP=0 skips).
+  # vpod contiguous against paged (block 16: FlashInfer 0.7.2.post1's FA3 prefill and
+  # tensor-core decode), beside PyTorch FA2/cuDNN (ATTENTION_SWEEP=0 skips).
   if [[ ${ATTENTION_SWEEP:-1} == 1 ]]; then
     run "$vpod" bench attention --layouts per_layer paged16 \
       --prefill-shape 2048 8192 32768 65536 131072 --decode-shape 1x16384 4x16384 64x16384 \

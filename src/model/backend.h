@@ -173,13 +173,14 @@ class Backend {
   // plan's buffers on the stream, outside any graph capture). Once per step,
   // before the first layer's attention; the model calls it after enqueueing
   // layer 0's QKV projection on eager steps, so the GPU works while the host
-  // plans. `paged_kv`: the step's attention reads a paged cache. The CPU
-  // backend needs no plan.
+  // plans. `paged_kv`: a layer of the paged cache the step's attention reads
+  // (its block tables current), null for a contiguous cache. The CPU backend
+  // needs no plan.
   virtual Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                                int head_dim, bool paged_kv, StepPlan& plan) {
+                                int head_dim, const PagedKvView* paged_kv, StepPlan& plan) {
     (void)step, (void)num_q_heads, (void)num_kv_heads, (void)head_dim;
     plan.clear();
-    plan.paged_kv = paged_kv;
+    plan.paged_kv = paged_kv != nullptr;
     plan.ready = true;
     return {};
   }
@@ -240,7 +241,7 @@ class Backend {
                            const StepTensors& step, const StepPlan& plan, float scale,
                            const TensorView& out) = 0;
   // Whether rope_kv_append / attention read a paged cache for this head_dim
-  // (CUDA: the attention kernels' paged launchers, fp16/bf16 only).
+  // (CUDA: FlashInfer's paged kernels, fp16/bf16, head_dim 128).
   virtual bool supports_paged_kv(int head_dim) const = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]      gate_up [T, 2I], out [T, I]
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;

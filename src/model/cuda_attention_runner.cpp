@@ -22,10 +22,34 @@ bool AttentionRunner::uses_kernels(int head_dim) const {
   return head_dim == 64 || head_dim == 128;
 }
 
+bool AttentionRunner::supports_paged(int head_dim) const {
+  // Asked every step (Model::validate_kv): the device query runs once per
+  // head_dim. Heads 1:1 stand in for the model's (the group is checked when
+  // planning).
+  if (paged_support_head_dim_ != head_dim) {
+    paged_support_ =
+        attention::fi::paged_attention_supported({1, 1, head_dim, options_.dtype}).ok();
+    paged_support_head_dim_ = head_dim;
+  }
+  return paged_support_;
+}
+
 Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int num_kv_heads,
-                                   int head_dim, bool paged_kv, StepPlan& plan) {
+                                   int head_dim, const PagedKvView* paged_kv, StepPlan& plan) {
   plan.clear();
-  plan.paged_kv = paged_kv;
+  plan.paged_kv = paged_kv != nullptr;
+  if (paged_kv != nullptr) {
+    // FlashInfer's plan. Only decode-only steps are replayed as graphs: they
+    // plan in FlashInfer's CUDA-graph mode (a launch shape fixed by the batch
+    // size), the others as FlashInfer's eager wrappers do.
+    const attention::AttentionDims dims{num_q_heads, num_kv_heads, head_dim, options_.dtype};
+    const bool cuda_graph = step.batch->prefills.empty();
+    VPOD_ASSIGN_OR_RETURN(const bool moved,
+                          plan.paged.build(*step.batch, dims, *paged_kv, cuda_graph, stream_));
+    plan.kind = StepPlan::Kind::flashinfer;
+    plan.ready = true;
+    return moved;
+  }
   if (!uses_kernels(head_dim)) {
     plan.ready = true;  // the simple kernel needs no plan
     return false;
@@ -45,14 +69,14 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     attention::PodOptions pod_options;
     pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
     pod_options.device = *pod_device_;
-    pod_options.decode_deep = !paged_kv;
+    pod_options.decode_deep = true;
     pod_options.kernels = options_.kernels;
     VPOD_RETURN_IF_ERROR(plan.pod.build(*step.batch, dims, pod_options));
     plan.kind = StepPlan::Kind::pod;
   } else {
-    VPOD_RETURN_IF_ERROR(plan.serial.build(
-        *step.batch, dims,
-        {.num_sms = num_sms_, .decode_deep = !paged_kv, .kernels = options_.kernels}));
+    VPOD_RETURN_IF_ERROR(
+        plan.serial.build(*step.batch, dims,
+                          {.num_sms = num_sms_, .decode_deep = true, .kernels = options_.kernels}));
     plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();
@@ -76,9 +100,8 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
   return moved;
 }
 
-template <typename Kv>
-Status AttentionRunner::run_kernels(const StepPlan& plan, const TensorView& q, const Kv& kv,
-                                    float scale, const TensorView& out) {
+Status AttentionRunner::run_kernels(const StepPlan& plan, const TensorView& q,
+                                    const KvLayerView& kv, float scale, const TensorView& out) {
   const attention::AttentionBuffers buffers = plan.buffers();
   if (plan.kind == StepPlan::Kind::pod) {
     return attention::hybrid_attention(plan.pod, buffers, *pod_counters_, q, kv, out, scale,
@@ -98,12 +121,18 @@ Status AttentionRunner::run(const StepPlan& plan, const TensorView& q, const KvC
                             int layer, const StepTensors& step, float scale,
                             const TensorView& out) {
   if (!plan.ready) return failed_precondition("attention before plan_attention for this step");
+  if (kv.is_paged()) {
+    if (plan.kind != StepPlan::Kind::flashinfer) {
+      return failed_precondition("a paged KV cache needs the step planned for it");
+    }
+    const PagedKvView& paged = kv.paged[layer];
+    VPOD_RETURN_IF_ERROR(plan.paged.prefill(q, paged, out, scale, stream_));
+    return plan.paged.decode(q, paged, out, scale, stream_);
+  }
   if (q.dtype() != DType::f32 && uses_kernels(static_cast<int>(q.size(2)))) {
     VPOD_CHECK(plan.work() != nullptr);
-    return kv.is_paged() ? run_kernels(plan, q, kv.paged[layer], scale, out)
-                         : run_kernels(plan, q, kv.contiguous[layer], scale, out);
+    return run_kernels(plan, q, kv.contiguous[layer], scale, out);
   }
-  VPOD_CHECK_MSG(!kv.is_paged(), "paged KV needs the attention kernels (supports_paged_kv)");
   simple_attention_gpu(q, kv.contiguous[layer], step.token_slots, step.token_kv_index, scale, out,
                        stream_);
   return {};

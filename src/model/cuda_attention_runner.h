@@ -1,9 +1,11 @@
 // The CUDA backend's attention: plans a step into the caller's StepPlan (the
 // one place the model runtime calls the kernels' planners) and runs one
-// layer's attention as that plan says, over a contiguous or a paged KV cache
-// through one dispatch: the fused POD launch, or the prefill then the decode
-// kernels; the simple exact kernel (simple_attention.h) when the kernels do
-// not cover the dtype or head_dim, or when options ask for it.
+// layer's attention as that plan says. A contiguous (vAttention) cache: the
+// fused POD launch, or vpod's prefill then decode kernels; the simple exact
+// kernel (simple_attention.h) when they do not cover the dtype or head_dim,
+// or when options ask for it. A paged cache: FlashInfer's kernels
+// (kernels/attention/flashinfer), prefill then decode, whatever --attention
+// says (FlashInfer has no FA3 POD).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,22 +28,25 @@ class AttentionRunner {
       : options_(options), num_sms_(num_sms), stream_(stream) {}
 
   // Whether the attention kernels run heads of this size in the backend's
-  // dtype (else the simple kernel; a paged cache needs the kernels).
+  // dtype (else the simple kernel).
   bool uses_kernels(int head_dim) const;
+  // Whether FlashInfer's paged kernels run heads of this size in the
+  // backend's dtype on this device (a paged cache needs them).
+  bool supports_paged(int head_dim) const;
 
   // Plans the step into `plan` and uploads it to the plan's buffers.
-  // Returns true when the buffers were reallocated (grown to a larger step):
-  // graphs recorded against the old ones are stale.
+  // `paged_kv`: a layer of the paged cache (null: contiguous). Returns true
+  // when the buffers were reallocated (grown to a larger step): graphs
+  // recorded against the old ones are stale.
   Result<bool> plan(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
-                    bool paged_kv, StepPlan& plan);
+                    const PagedKvView* paged_kv, StepPlan& plan);
 
   // One layer's attention: q, out [T, q_heads, D] over layer `layer` of kv.
   Status run(const StepPlan& plan, const TensorView& q, const KvCacheView& kv, int layer,
              const StepTensors& step, float scale, const TensorView& out);
 
  private:
-  template <typename Kv>
-  Status run_kernels(const StepPlan& plan, const TensorView& q, const Kv& kv, float scale,
+  Status run_kernels(const StepPlan& plan, const TensorView& q, const KvLayerView& kv, float scale,
                      const TensorView& out);
 
   const CudaBackendOptions& options_;  // the backend's (decode tuning may change)
@@ -51,6 +56,9 @@ class AttentionRunner {
   // counters (one set per stream).
   std::optional<attention::PodDevice> pod_device_;
   std::optional<attention::PodCounters> pod_counters_;
+  // supports_paged()'s answer for one head_dim (-1: not asked yet).
+  mutable int paged_support_head_dim_ = -1;
+  mutable bool paged_support_ = false;
 };
 
 }  // namespace vpod::model

@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
   }
 
   Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
-                        bool paged_kv, StepPlan& plan) override {
+                        const PagedKvView* paged_kv, StepPlan& plan) override {
     VPOD_ASSIGN_OR_RETURN(const bool moved, attention_.plan(step, num_q_heads, num_kv_heads,
                                                             head_dim, paged_kv, plan));
     // Recorded graphs point into the old buffers: drop them.
@@ -279,7 +279,9 @@ class CudaBackend final : public Backend {
     }
   }
 
-  bool supports_paged_kv(int head_dim) const override { return attention_.uses_kernels(head_dim); }
+  bool supports_paged_kv(int head_dim) const override {
+    return attention_.supports_paged(head_dim);
+  }
 
   Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
                    const StepPlan& plan, float scale, const TensorView& out) override {

@@ -24,6 +24,9 @@ StepGraphKey make_step_graph_key(const StepTensors& step, const StepPlan& plan,
     key.plan_metadata = plan.metadata.data();
     key.plan_workspace = plan.workspace.data();
   }
+  if (plan.ready && plan.kind == StepPlan::Kind::flashinfer) {
+    key.flashinfer_plan = plan.paged.launch_key();
+  }
   if (plan.ready && plan.kind == StepPlan::Kind::pod) {
     const attention::PodConfig& pc = plan.pod.config();
     key.pod_mode = static_cast<int>(pc.mode);

@@ -38,6 +38,8 @@ struct StepGraphKey {
   int pod_prefill_ctas = -1;
   int pod_virtual_decode = -1;
   int pod_ratio = -1;
+  // FlashInfer's paged plan (PagedPlan::launch_key: plan infos, buffers).
+  std::uint64_t flashinfer_plan = 0;
   // The plan's device buffers (the launches read their work lists there).
   const void* plan_metadata = nullptr;
   const void* plan_workspace = nullptr;

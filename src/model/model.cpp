@@ -169,8 +169,8 @@ Status Model::validate_kv(const HybridBatch& batch, const KvCacheView& kv) const
   if (kv.is_paged()) {
     if (!backend_.supports_paged_kv(c.head_dim)) {
       return unimplemented(
-          "the paged KV cache needs the attention kernels (fp16/bf16, head_dim 64 "
-          "or 128) on " +
+          "the paged KV cache needs FlashInfer's paged kernels (fp16/bf16, head_dim "
+          "128) on " +
           backend_.description());
     }
     for (const PagedKvView& p : kv.paged) {
@@ -288,8 +288,8 @@ Result<TensorView> Model::row_logits(int first_row, int num_rows) {
 
 Status Model::plan_attention(const StepTensors& step, const KvCacheView& kv, StepPlan& plan) {
   const ModelConfig& c = local_;
-  return backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim, kv.is_paged(),
-                                 plan);
+  return backend_.plan_attention(step, c.num_q_heads, c.num_kv_heads, c.head_dim,
+                                 kv.is_paged() ? &kv.paged[0] : nullptr, plan);
 }
 
 std::uint64_t Model::graph_key(const KvCacheView& kv) const {

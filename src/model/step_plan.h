@@ -5,8 +5,9 @@
 // sized once (they only grow, to the largest step seen).
 //
 // On the CUDA backend it holds the kernels' plan (src/kernels/attention:
-// AttentionPlan for --attention serial, PodPlan for pod) and the device
-// buffers that plan is uploaded to. The CPU backend needs no plan and leaves
+// AttentionPlan for --attention serial, PodPlan for pod, over a contiguous
+// cache; FlashInfer's PagedPlan over a paged one, whatever --attention says)
+// and the device buffers that plan is uploaded to. The CPU backend needs no plan and leaves
 // it empty; so does the CUDA backend when attention runs on the simple kernel.
 #pragma once
 
@@ -14,13 +15,14 @@
 
 #include "cuda/device_buffer.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/flashinfer/paged_plan.h"
 #include "kernels/attention/pod.h"
 
 namespace vpod::model {
 
 struct StepPlan {
   // Which kernels' plan the step has (none: the simple kernel, or the CPU).
-  enum class Kind : std::uint8_t { none, serial, pod };
+  enum class Kind : std::uint8_t { none, serial, pod, flashinfer };
 
   // Planned for the current step (Model::forward clears it before planning).
   bool ready = false;
@@ -33,6 +35,7 @@ struct StepPlan {
   // one holds this step's decisions.
   attention::AttentionPlan serial;  // --attention serial
   attention::PodPlan pod;           // --attention pod
+  attention::fi::PagedPlan paged;   // a paged KV cache (owns its buffers)
   // The plan's device copy: work lists (metadata) and split partials
   // (workspace), grow-only across steps.
   cuda::DeviceBuffer metadata;
@@ -43,6 +46,7 @@ struct StepPlan {
     switch (kind) {
       case Kind::serial: return &serial;
       case Kind::pod: return &pod.attention();
+      case Kind::flashinfer:
       case Kind::none: break;
     }
     return nullptr;

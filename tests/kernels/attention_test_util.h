@@ -1,6 +1,7 @@
 // Test helpers for the attention kernels: batches, random fp16/bf16 data, and
 // host K/V caches in every layout the kernels read (per-layer, all-layers,
-// paged with block size 16 or 256), poisoned with NaN where no token lives.
+// paged with block size 1, 16, 64 or 256), poisoned with NaN where no token
+// lives.
 #pragma once
 
 #include <algorithm>
@@ -17,21 +18,34 @@
 
 namespace vpod::attention::testing {
 
-enum class KvLayout { per_layer, all_layers, paged16, paged256 };
+enum class KvLayout { per_layer, all_layers, paged1, paged16, paged64, paged256 };
 
 inline const char* layout_name(KvLayout layout) {
   switch (layout) {
     case KvLayout::per_layer: return "per_layer";
     case KvLayout::all_layers: return "all_layers";
+    case KvLayout::paged1: return "paged1";
     case KvLayout::paged16: return "paged16";
+    case KvLayout::paged64: return "paged64";
     case KvLayout::paged256: return "paged256";
   }
   return "?";
 }
 
-inline bool is_paged(KvLayout layout) {
-  return layout == KvLayout::paged16 || layout == KvLayout::paged256;
+// Tokens per block of a paged layout (0: contiguous).
+inline int page_size_of(KvLayout layout) {
+  switch (layout) {
+    case KvLayout::paged1: return 1;
+    case KvLayout::paged16: return 16;
+    case KvLayout::paged64: return 64;
+    case KvLayout::paged256: return 256;
+    case KvLayout::per_layer:
+    case KvLayout::all_layers: break;
+  }
+  return 0;
 }
+
+inline bool is_paged(KvLayout layout) { return page_size_of(layout) > 0; }
 
 // A NaN bit pattern of the dtype: any read of a cache position that holds no
 // token turns the output into NaN.
@@ -118,7 +132,7 @@ struct HostKvCache {
     const std::size_t row = static_cast<std::size_t>(dims.num_kv_heads) * dims.head_dim;
     std::size_t elements = 0;
     if (is_paged(layout)) {
-      block_size = layout == KvLayout::paged16 ? 16 : 256;
+      block_size = page_size_of(layout);
       max_blocks_per_slot = (max_ctx + block_size - 1) / block_size;
       num_blocks = num_slots * max_blocks_per_slot + 3;  // a few blocks never used
       std::vector<std::int32_t> perm(num_blocks);

@@ -363,9 +363,10 @@ TEST(CudaBackend, SamplesOnTheGpuLikeTheCpu) {
   std::filesystem::remove_all(dir);
 }
 
-// The model over the paged baseline cache on the GPU (the attention kernels'
-// paged launchers, RoPE + append through the block table, step graphs on)
-// against the contiguous cache: the same logits at every step.
+// The model over the paged baseline cache on the GPU (FlashInfer's paged
+// kernels, RoPE + append through the block table, step graphs on) against the
+// contiguous cache (vpod's kernels): the same logits at every step, up to the
+// rounding of two different attention kernels.
 TEST(CudaBackend, PagedKvMatchesContiguousCache) {
   VPOD_REQUIRE_GPU();
   const auto dir =
@@ -409,9 +410,11 @@ TEST(CudaBackend, PagedKvMatchesContiguousCache) {
   }
   std::printf("paged vs contiguous KV: %d of %d steps bitwise equal, max diff %.3g of range\n",
               bitwise, steps, worst);
-  // Same kernels and plan, only addressing differs: anything beyond bf16
-  // rounding noise means a wrong block.
-  EXPECT_LT(worst, 1e-3f);
+  // Different kernels (FlashInfer's and vpod's), each within bf16 rounding of
+  // the exact attention: through 4 layers the logits move by a small
+  // fraction of a percent of their range, while a wrong block (other tokens'
+  // K/V) moves them by a sizeable part of it.
+  EXPECT_LT(worst, 2e-2f);
   std::filesystem::remove_all(dir);
 }
 

@@ -54,7 +54,7 @@ class RecordingBackend final : public Backend {
     return inner_->prepare_step(arrays, batch, out);
   }
   Status plan_attention(const StepTensors& step, int num_q_heads, int num_kv_heads, int head_dim,
-                        bool paged_kv, StepPlan& plan) override {
+                        const PagedKvView* paged_kv, StepPlan& plan) override {
     ops.push_back("plan_attention");
     if (fail_plan) return resource_exhausted("planning failed on purpose (test)");
     return inner_->plan_attention(step, num_q_heads, num_kv_heads, head_dim, paged_kv, plan);
