@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 
 #include "common/status.h"
 
@@ -15,6 +16,9 @@ class PinnedBuffer {
   ~PinnedBuffer();
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // Moves hand the allocation over (plans that own one are movable).
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
 
   // Makes room for at least `bytes`; out of pinned memory is resource_exhausted.
   Status reserve(std::size_t bytes);
