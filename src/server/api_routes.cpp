@@ -86,13 +86,14 @@ ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output)
 RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
                               const engine::SamplingParams& sampling,
                               const engine::StopParams& stop, const std::string& cache_salt,
+                              const grammar::Constraint& constraint,
                               std::vector<std::vector<std::int32_t>> prompts,
                               std::vector<std::string> echo_texts, std::function<void()> notify) {
   std::vector<engine::RequestSpec> specs;
   specs.reserve(prompts.size() * options.n);
   for (const auto& prompt : prompts) {
     for (int i = 0; i < options.n; ++i) {
-      engine::RequestSpec spec{prompt, sampling, stop, cache_salt};
+      engine::RequestSpec spec{prompt, sampling, stop, cache_salt, constraint};
       if (sampling.seed) spec.sampling.seed = choice_seed(*sampling.seed, i);
       specs.push_back(std::move(spec));
     }
@@ -326,7 +327,8 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
   options.echo_logprobs = r.echo_logprobs;
   options.logprobs_top = r.sampling.logprobs.value_or(0);
   return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt,
-                          std::move(prompts), std::move(echo_texts), std::move(notify));
+                          r.constraint, std::move(prompts), std::move(echo_texts),
+                          std::move(notify));
 }
 
 RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,
@@ -342,7 +344,7 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids).value());
   return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
-                          r.cache_salt, std::move(prompts), {}, std::move(notify));
+                          r.cache_salt, r.constraint, std::move(prompts), {}, std::move(notify));
 }
 
 // POST /v1/responses: the conversation (instructions, the previous
@@ -393,7 +395,8 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
   options.conversation = std::move(conversation);
   if (r.store) options.store = &state_.responses;
 
-  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt};
+  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt,
+                           chat.constraint};
   std::vector<engine::RequestSpec> specs;
   specs.push_back(std::move(spec));
   auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));
