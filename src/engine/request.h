@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "engine/stop_strings.h"
+#include "grammar/constraint.h"
 #include "kernels/sampling/sampling.h"
 
 namespace vpod::engine {
@@ -101,6 +102,8 @@ struct RequestSpec {
   // vLLM's cache_salt: requests reuse each other's cached prompt K/V only
   // when their salts are equal (tenant isolation). "": the default tenant.
   std::string cache_salt;
+  // Structured output: what the sampler holds the output to (none: free).
+  grammar::Constraint constraint;
 };
 
 // The 64-bit salt prefix caching keys a request's blocks under: 0 for "",

@@ -85,13 +85,14 @@ ResponseOptions response_options(Endpoint endpoint, const OutputOptions& output)
 RouteOutcome start_generation(ServingBackend& backend, ResponseOptions options,
                               const engine::SamplingParams& sampling,
                               const engine::StopParams& stop, const std::string& cache_salt,
+                              const grammar::Constraint& constraint,
                               std::vector<std::vector<std::int32_t>> prompts,
                               std::vector<std::string> echo_texts, std::function<void()> notify) {
   std::vector<engine::RequestSpec> specs;
   specs.reserve(prompts.size() * options.n);
   for (const auto& prompt : prompts) {
     for (int i = 0; i < options.n; ++i) {
-      engine::RequestSpec spec{prompt, sampling, stop, cache_salt};
+      engine::RequestSpec spec{prompt, sampling, stop, cache_salt, constraint};
       if (sampling.seed) spec.sampling.seed = choice_seed(*sampling.seed, i);
       specs.push_back(std::move(spec));
     }
@@ -322,7 +323,7 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
     prompts.push_back(std::move(ids));
   }
   return start_generation(backend, response_options(Endpoint::completions, r.output), r.sampling,
-                          r.stop, r.cache_salt, std::move(prompts), std::move(echo_texts),
+                          r.stop, r.cache_salt, {}, std::move(prompts), std::move(echo_texts),
                           std::move(notify));
 }
 
@@ -334,12 +335,22 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   ChatRequest& r = parsed.value();
   if (!r.model.empty() && !card.serves(r.model)) return error_outcome(model_not_found(r.model));
 
+  // Tools: how the output is parsed, and the grammar a required or named
+  // tool_choice is held to (tool_request.h).
+  auto parsing = chat_output_config(r.tools, card.tool_serving);
+  if (!parsing.ok()) return error_outcome(parsing.error());
+  auto constraint = tool_constraint(r.tools);
+  if (!constraint.ok()) return error_outcome(constraint.error());
+  adjust_stop_params(parsing.value(), r.stop);
+
   auto ids = chat_prompt(backend, r);
   if (!ids.ok()) return error_outcome(ids.error());
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids).value());
-  return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
-                          r.cache_salt, std::move(prompts), {}, std::move(notify));
+  ResponseOptions options = response_options(Endpoint::chat, r.output);
+  options.chat_output = std::move(parsing).value();
+  return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt,
+                          constraint.value(), std::move(prompts), {}, std::move(notify));
 }
 
 // POST /v1/responses: the conversation (instructions, the previous
@@ -390,7 +401,7 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
   options.conversation = std::move(conversation);
   if (r.store) options.store = &state_.responses;
 
-  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt};
+  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt, {}};
   std::vector<engine::RequestSpec> specs;
   specs.push_back(std::move(spec));
   auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));
