@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -322,6 +323,75 @@ TEST(ChatOutputParser, DeltaShapes) {
   EXPECT_EQ(deltas[0]["tool_calls"][0]["function"]["arguments"], ": 1}");
   EXPECT_TRUE(parser.finish().empty());
   EXPECT_TRUE(parser.reports_tool_calls());
+}
+
+// Random texts built from the pieces the parsers look for: no crash, and
+// every way of cutting the text streams the same content, reasoning and
+// calls as feeding it whole (message() checks that for pieces of 1..7 bytes).
+TEST(ChatOutputParser, RandomTextsStreamAlikeHoweverCut) {
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "[TOOL_CALLS]",
+                                           "<|python_tag|>",
+                                           "<think>",
+                                           "</think>",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"name\"",
+                                           "\"arguments\"",
+                                           "\"parameters\"",
+                                           ":",
+                                           ",",
+                                           ";",
+                                           "\"f\"",
+                                           "\"\\\"\"",
+                                           " ",
+                                           "\n",
+                                           "x",
+                                           "\xc3\xa9",
+                                           "1",
+                                           "null",
+                                           "<",
+                                           "[TOOL",
+                                           "\"",
+                                           "\\"};
+  std::vector<ChatOutputConfig> configs = {auto_tools(ToolParserKind::hermes),
+                                           auto_tools(ToolParserKind::llama3_json),
+                                           auto_tools(ToolParserKind::mistral)};
+  ChatOutputConfig required;
+  required.tools = ToolMode::required;
+  configs.push_back(required);
+  ChatOutputConfig thinking = auto_tools(ToolParserKind::hermes);
+  thinking.reasoning = ReasoningParserKind::qwen3;
+  thinking.parallel_tool_calls = false;
+  configs.push_back(thinking);
+  std::mt19937 rng(26);
+  for (int round = 0; round < 300; ++round) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+    for (const ChatOutputConfig& config : configs) {
+      SCOPED_TRACE(text);
+      message(config, text);
+    }
+  }
+  // Shapes that are calls, with noise around them.
+  for (int round = 0; round < 100; ++round) {
+    std::string noise;
+    for (int i = 0, k = static_cast<int>(rng() % 4); i < k; ++i) noise += pieces[rng() % 8];
+    const std::string call = "{\"name\": \"f" + std::to_string(round) +
+                             "\", \"arguments\": {\"k\": [1, {\"s\": \"}]\\\"\"}]}}";
+    for (const std::string& text :
+         {noise + "<tool_call>" + call + "</tool_call>" + noise,
+          "[TOOL_CALLS][" + call + ", " + call + "]" + noise, call + ";" + call + noise}) {
+      for (const ChatOutputConfig& config : configs) {
+        SCOPED_TRACE(text);
+        message(config, text);
+      }
+    }
+  }
 }
 
 TEST(ChatOutputParser, ParserNames) {
