@@ -232,6 +232,27 @@ TEST(MistralParser, Calls) {
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
 }
 
+TEST(MistralParser, NameAndArgsCalls) {
+  // Tokenizer v11 and later: [TOOL_CALLS]name[ARGS]{...} per call.
+  const auto config = auto_tools(ToolParserKind::mistral);
+  json m = message(config,
+                   "Checking. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"x\": "
+                   "[\"]\"]}[TOOL_CALLS]get_time[ARGS]{}");
+  EXPECT_EQ(m["content"], "Checking.");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}, {"x", {"]"}}}));
+  EXPECT_EQ(m["tool_calls"][1]["function"]["name"], "get_time");
+  bool called = true;
+  for (const std::string text : {"[TOOL_CALLS]get_weather[ARGS]{\"city\": ",
+                                 "[TOOL_CALLS]bad name[ARGS]{}", "[TOOL_CALLS]f[ARG"}) {
+    m = parse_chat_message(config, text, called);
+    EXPECT_FALSE(called) << text;
+    EXPECT_EQ(m["content"], text);
+  }
+}
+
 TEST(MistralParser, Malformed) {
   const auto config = auto_tools(ToolParserKind::mistral);
   for (const std::string text :
@@ -355,6 +376,8 @@ TEST(ChatOutputParser, RandomTextsStreamAlikeHoweverCut) {
                                            "null",
                                            "<",
                                            "[TOOL",
+                                           "[ARGS]",
+                                           "f",
                                            "\"",
                                            "\\"};
   std::vector<ChatOutputConfig> configs = {auto_tools(ToolParserKind::hermes),
