@@ -341,6 +341,14 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   if (!parsing.ok()) return error_outcome(parsing.error());
   auto constraint = tool_constraint(r.tools);
   if (!constraint.ok()) return error_outcome(constraint.error());
+  // Until the grammar engine holds the sampler to a constraint, a required or
+  // named choice cannot be kept: refuse it rather than answer unconstrained.
+  if (constraint->active()) {
+    return error_outcome(bad_request(
+        "tool_choice \"required\" or a named function needs structured output, which this "
+        "build of vpod does not have yet; use \"auto\" or \"none\"",
+        "tool_choice"));
+  }
   adjust_stop_params(parsing.value(), r.stop);
 
   auto ids = chat_prompt(backend, r);
