@@ -11,6 +11,11 @@
 // Output lengths are exact (ignore_eos + max_tokens, greedy sampling); a
 // request that ends otherwise fails the run.
 //
+// --json-schema FILE puts that JSON Schema (structured output) on every
+// request, to measure the grammar's mask work against the unconstrained step.
+// The schema must not be completable within --output-len tokens (else the
+// grammar ends requests early), e.g. bench/datasets/json_schema_long_array.json.
+//
 // A mode the backend does not have (--attention pod on the CPU, --kv-cache
 // paged where the backend has no paged attention for the head size) is
 // refused with the reason, as `vpod serve` refuses it: no number is
@@ -54,6 +59,7 @@ struct Args {
   int num_requests = 64;
   std::uint64_t seed = 0;
   std::string json_path;
+  std::string json_schema_path;  // structured output on every request
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -137,7 +143,8 @@ double run_trace(engine::Engine& engine, std::vector<engine::RequestSpec> specs)
 
 std::vector<engine::RequestSpec> make_specs(const std::vector<serve::RequestLengths>& lengths,
                                             const std::vector<std::int32_t>& pool,
-                                            std::uint64_t seed) {
+                                            std::uint64_t seed,
+                                            const grammar::Constraint& constraint) {
   std::mt19937_64 rng(seed);
   std::vector<engine::RequestSpec> specs(lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -145,6 +152,7 @@ std::vector<engine::RequestSpec> make_specs(const std::vector<serve::RequestLeng
     specs[i].sampling.temperature = 0.0f;  // greedy: the same work in every mode
     specs[i].stop.max_tokens = lengths[i].output_len;
     specs[i].stop.ignore_eos = true;
+    specs[i].constraint = constraint;
   }
   return specs;
 }
@@ -160,6 +168,14 @@ std::string utc_now() {
 
 void run(const Args& a) {
   const std::vector<serve::RequestLengths> lengths = make_trace(a);
+  grammar::Constraint constraint;
+  if (!a.json_schema_path.empty()) {
+    std::ifstream file(a.json_schema_path);
+    if (!file) fail(fmt::format("cannot read --json-schema {}", a.json_schema_path));
+    std::stringstream text;
+    text << file.rdbuf();
+    constraint = {grammar::ConstraintKind::json_schema, text.str(), true};
+  }
   long long prompt_tokens = 0, output_tokens = 0;
   int longest = 0;
   for (const auto& l : lengths) {
@@ -197,10 +213,11 @@ void run(const Args& a) {
   const int warm_total = std::min(260, lengths[0].input_len + lengths[0].output_len);
   const int warm_output = std::min(4, warm_total - 1);
   const serve::RequestLengths warm{warm_total - warm_output, warm_output};
-  run_trace(engine, make_specs({warm}, pool, a.seed + 1));
+  // The warm-up compiles the schema too (the cache serves the timed run).
+  run_trace(engine, make_specs({warm}, pool, a.seed + 1, constraint));
 
   const engine::MetricsSnapshot before = engine.metrics();
-  const double makespan_s = run_trace(engine, make_specs(lengths, pool, a.seed));
+  const double makespan_s = run_trace(engine, make_specs(lengths, pool, a.seed, constraint));
   const engine::MetricsSnapshot after = engine.metrics();
 
   const auto steps = static_cast<double>(after.num_steps - before.num_steps);
@@ -245,6 +262,7 @@ void run(const Args& a) {
   row("Model:", model_name);
   row("Mode (kv-cache+attention):", mode);
   row("Prefix caching:", options.prefix_caching ? "on" : "off");
+  row("JSON schema on every request:", a.json_schema_path.empty() ? "no" : a.json_schema_path);
   row("Requests:", std::to_string(n));
   row("Prompt / output tokens:", fmt::format("{} / {}", prompt_tokens, output_tokens));
   row("Makespan (s):", fmt::format("{:.3f}", makespan_s));
@@ -285,6 +303,7 @@ void run(const Args& a) {
     j["kv_layout"] = std::string(kvcache::kv_layout_name(options.kv_layout));
     j["attention"] = attention;
     j["prefix_caching"] = options.prefix_caching;
+    j["json_schema"] = a.json_schema_path.empty() ? json(nullptr) : json(a.json_schema_path);
     j["backend"] = stack.summary();
     j["trace"] = a.trace.empty() ? json(nullptr) : json(a.trace);
     j["num_requests"] = n;
@@ -345,6 +364,8 @@ void add_offline_bench(CLI::App& bench) {
   cmd->get_option("--max-model-len")->description("Longest request (default: the trace's longest)");
   cmd->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
   cmd->add_option("--json", a->json_path, "Write the result as JSON");
+  cmd->add_option("--json-schema", a->json_schema_path,
+                  "Constrain every request to this JSON Schema (structured output)");
   cmd->callback([a] { run(*a); });
 }
 

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/splitmix64.h"
+#include "grammar/matcher.h"
 
 namespace vpod::engine {
 
@@ -87,6 +88,14 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
   }
 
   auto r = std::make_unique<Request>();
+  if (spec.constraint.active()) {
+    // Compiled here, on the client's thread (a cache hit for a repeated
+    // schema); a spec that cannot be compiled is the client's error.
+    if (!config_.grammar)
+      return failed_precondition(
+          "structured output needs the model's tokenizer, which is not loaded");
+    VPOD_ASSIGN_OR_RETURN(r->matcher, config_.grammar->make_matcher(spec.constraint));
+  }
   r->sampling = spec.sampling;
   r->stop = std::move(spec.stop);
   r->num_prompt_tokens = num_prompt;
@@ -213,6 +222,13 @@ bool Engine::collect(StepTimer& timer) {
     for (std::size_t i = 0; i < sampled.size(); ++i) {
       Request* r = step.sample_requests[i];
       if (r->is_done()) continue;  // ended meanwhile (stop string, abort): token dropped
+      // The grammar advances before the next step is scheduled: that step's
+      // bitmask is filled from this state (docs/structured_output.md).
+      if (r->matcher && !r->matcher->accept(sampled[i].token)) {
+        end_request(r, FinishReason::error,
+                    "internal error: a sampled token breaks the request's grammar", now);
+        continue;
+      }
       if (OutputProcessor::stops_by_token(*r)) {
         // Ends now, so the next schedule sees its slot free (as without pipelining).
         const bool finished = outputs_.on_token(*r, sampled[i], now);

@@ -40,6 +40,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_timer.h"
 #include "engine/text_decoder.h"
+#include "grammar/grammar_compiler.h"
 #include "kvcache/kv_capacity.h"
 
 namespace vpod::engine {
@@ -54,6 +55,9 @@ struct EngineConfig {
   int vocab_size = 0;
   // Seeds the per-request seeds of requests that bring none.
   std::uint64_t seed = 0;
+  // Structured output: compiles requests' constraints (on the submitting
+  // thread) for this model's vocabulary. Null: constrained requests are refused.
+  std::shared_ptr<grammar::GrammarCompiler> grammar;
   // Pipelined loop (--async-scheduling on|off): the CPU work of a step's
   // outputs overlaps the next step's forward. The streams are identical
   // either way; off waits for each step right after launching it.

@@ -302,6 +302,14 @@ Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
     ec.eos_token_ids.push_back(id);
   }
   ec.seed = o.seed;
+  // Structured output: the vocabulary is built at the first constrained request.
+  if (s->tokenizer_) {
+    ec.grammar = std::make_shared<grammar::GrammarCompiler>(
+        grammar::VocabularySource{.tokenizer = s->tokenizer_,
+                                  .tokenizer_json = o.model_dir / "tokenizer.json",
+                                  .vocab_size = mc.vocab_size,
+                                  .stop_token_ids = ec.eos_token_ids});
+  }
   // Pipelined: the worker thread issues each step (and waits for its sampled
   // tokens) while the engine thread streams the previous step's outputs. The
   // worker uses the CUDA runtime's default device 0, as the KV cache does.

@@ -41,6 +41,10 @@ struct SampleSpec {
   std::span<const std::int32_t> suppressed_ids;  // logits forced to -inf (stop ids before
                                                  // min_tokens)
   int num_logprobs = -1;                         // -1: none; 0: sampled token's; N: plus top N
+  // Structured output: the request's grammar state (null: unconstrained).
+  // The executor fills its next-token bitmask during the step; the engine
+  // thread leaves it alone between launch() and wait().
+  grammar::Matcher* matcher = nullptr;
 };
 
 class ModelExecutor {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "grammar/matcher.h"
 
 namespace vpod::engine {
 
@@ -13,6 +14,49 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
   requests_.reserve(rows);
   results_.resize(rows);
   for (auto& r : results_) r.top.reserve(kMaxTopLogprobs);
+  mask_words_ = grammar::token_bitmask_words(model.config().vocab_size);
+  mask_matchers_.reserve(rows);
+  mask_rows_.reserve(rows);
+}
+
+namespace {
+
+// Whether every id `row` allows is in `ids`: then suppressing `ids` (stop
+// ids before min_tokens) would leave nothing to sample, and the grammar's
+// end wins (the row allows only its stop tokens: the output is complete).
+bool allows_only(std::span<const std::uint32_t> row, std::span<const std::int32_t> ids) {
+  for (std::size_t w = 0; w < row.size(); ++w) {
+    for (std::uint32_t bits = row[w]; bits != 0; bits &= bits - 1) {
+      const auto id =
+          static_cast<std::int32_t>(w * 32 + static_cast<std::size_t>(__builtin_ctz(bits)));
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// The bitmask of each constrained sample, from its matcher (which the engine
+// thread advanced over the previous token before this step was launched).
+// Called after the forward is issued: on the GPU this CPU work overlaps it.
+Status ModelRunner::fill_token_masks(std::span<const SampleSpec> samples) {
+  mask_matchers_.clear();
+  mask_rows_.clear();
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    grammar::Matcher* m = samples[i].matcher;
+    if (m == nullptr) continue;
+    if (m->vocab_size() != model_.config().vocab_size)
+      return internal_error("a grammar was compiled for another vocabulary size");
+    if (masks_.empty()) masks_.resize(results_.size() * static_cast<std::size_t>(mask_words_));
+    mask_matchers_.push_back(m);
+    mask_rows_.push_back(masks_.data() + i * static_cast<std::size_t>(mask_words_));
+  }
+  if (mask_matchers_.empty()) return {};
+  if (!mask_filler_)
+    mask_filler_ =
+        std::make_unique<grammar::BitmaskFiller>(grammar::BitmaskFiller::default_threads());
+  return mask_filler_->fill(mask_matchers_, mask_rows_, mask_words_);
 }
 
 Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec> samples,
@@ -21,8 +65,10 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
   VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_));
   if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
+  VPOD_RETURN_IF_ERROR(fill_token_masks(samples));
   requests_.clear();
-  for (const SampleSpec& spec : samples) {
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const SampleSpec& spec = samples[i];
     const SamplingParams& p = *spec.params;
     kernels::SampleRequest& request = requests_.emplace_back();
     request.row = spec.sequence_index;
@@ -41,6 +87,13 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
     request.output_ids = spec.token_ids.subspan(spec.num_prompt_tokens);
     request.suppressed_ids = spec.suppressed_ids;
     request.logit_bias = p.logit_bias;
+    if (spec.matcher != nullptr) {
+      request.allowed_tokens = std::span<const std::uint32_t>(
+          masks_.data() + i * static_cast<std::size_t>(mask_words_), mask_words_);
+      if (!request.suppressed_ids.empty() &&
+          allows_only(request.allowed_tokens, request.suppressed_ids))
+        request.suppressed_ids = {};
+    }
   }
   const std::span<kernels::SampleResult> results(results_.data(), samples.size());
   VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));

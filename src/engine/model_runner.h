@@ -13,6 +13,7 @@
 
 #include "common/kv_view.h"
 #include "engine/model_executor.h"
+#include "grammar/bitmask_filler.h"
 #include "kernels/sampling/sampling.h"
 #include "model/model.h"
 
@@ -45,6 +46,16 @@ class ModelRunner final : public ModelExecutor {
   std::vector<kernels::SampleRequest> requests_;  // reused every step
   std::vector<kernels::SampleResult> results_;
   LogitsObserver logits_observer_;
+
+  // Structured output: the step's constrained rows' token bitmasks, [max
+  // sequences, mask_words_], and the threads that fill them; made at the
+  // first constrained step (no cost otherwise, no allocation per step).
+  Status fill_token_masks(std::span<const SampleSpec> samples);
+  int mask_words_ = 0;
+  std::vector<std::uint32_t> masks_;
+  std::vector<grammar::Matcher*> mask_matchers_;
+  std::vector<std::uint32_t*> mask_rows_;
+  std::unique_ptr<grammar::BitmaskFiller> mask_filler_;
 };
 
 }  // namespace vpod::engine

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "engine/text_decoder.h"
+#include "grammar/matcher.h"
 
 namespace vpod::engine {
 
@@ -16,8 +17,16 @@ OutputProcessor::OutputProcessor(EngineMetrics& metrics) : metrics_(metrics) {
   delta_.logprobs.reserve(1);
 }
 
+// The grammar accepted one of its stop tokens (an EOS id, allowed only once
+// the output is complete): the request ends with "stop", also before
+// min_tokens and with ignore_eos, since the grammar allows nothing after it.
+bool OutputProcessor::ends_grammar(const Request& r) {
+  return r.matcher != nullptr && r.matcher->terminated();
+}
+
 bool OutputProcessor::stops_by_token(const Request& r) {
   const std::int32_t token = r.token_ids.back();
+  if (ends_grammar(r)) return true;
   const bool stops_armed = r.num_generated() >= r.stop.min_tokens;
   if (stops_armed && std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end())
     return true;
@@ -46,7 +55,8 @@ bool OutputProcessor::on_token(Request& r, const SampledToken& sampled, Clock::t
 
   const bool stops_armed = r.num_generated() >= r.stop.min_tokens;
   const bool is_stop_token =
-      stops_armed && std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end();
+      ends_grammar(r) ||
+      (stops_armed && std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end());
   bool finished = false;
   bool cut = false;  // a stop string cut the text: nothing after it is decoded
   if (is_stop_token) {

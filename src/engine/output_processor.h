@@ -35,6 +35,8 @@ class OutputProcessor {
   // alone, without detokenizing, so the pipelined loop frees such requests
   // before planning the next step. Rule 2 (stop strings) needs on_token.
   static bool stops_by_token(const Request& r);
+  // Structured output: the request's grammar took its stop token (complete).
+  static bool ends_grammar(const Request& r);
 
   // Ends a request that did not stop by itself (abort, engine error) with a
   // final delta carrying `reason` (and `error` for FinishReason::error).

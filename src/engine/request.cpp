@@ -8,6 +8,7 @@
 #include "common/splitmix64.h"
 #include "engine/output_stream.h"
 #include "engine/text_decoder.h"
+#include "grammar/matcher.h"
 
 namespace vpod::engine {
 

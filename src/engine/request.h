@@ -27,6 +27,10 @@
 #include "grammar/constraint.h"
 #include "kernels/sampling/sampling.h"
 
+namespace vpod::grammar {
+class Matcher;
+}
+
 namespace vpod::engine {
 
 using RequestId = std::uint64_t;
@@ -102,7 +106,8 @@ struct RequestSpec {
   // vLLM's cache_salt: requests reuse each other's cached prompt K/V only
   // when their salts are equal (tenant isolation). "": the default tenant.
   std::string cache_salt;
-  // Structured output: what the sampler holds the output to (none: free).
+  // Structured output: what the output must match (none: unconstrained).
+  // Compiled at submission, on the submitting thread.
   grammar::Constraint constraint;
 };
 
@@ -128,6 +133,11 @@ struct Request {
   // and stop_token_ids. Suppressed in sampling before min_tokens.
   std::vector<std::int32_t> stop_ids;
   StopStringMatcher stop_strings;  // built from stop.stop
+  // Structured output: the grammar state over the generated tokens (null:
+  // unconstrained). The engine thread advances it at each collect; the model
+  // runner fills the next token's bitmask from it while the step runs.
+  // Preemption keeps it: it has accepted exactly the generated tokens.
+  std::unique_ptr<grammar::Matcher> matcher;
 
   // prompt ++ generated; reserved at submission for prompt + max_tokens so the
   // step loop never reallocates it.

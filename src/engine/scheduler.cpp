@@ -271,6 +271,7 @@ void Scheduler::lay_out_batch() {
     spec.token_ids = r->token_ids;
     if (r->num_generated() < r->stop.min_tokens) spec.suppressed_ids = r->stop_ids;
     spec.num_logprobs = r->sampling.logprobs.value_or(-1);
+    spec.matcher = r->matcher.get();
     step_.samples.push_back(spec);
     step_.sample_requests.push_back(r);
   };

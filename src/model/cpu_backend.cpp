@@ -247,9 +247,12 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const kernels::SampleRequest& r = requests[i];
       if (r.row < 0 || r.row >= logits.size(0)) return out_of_range("sample: row out of range");
+      if (!r.allowed_tokens.empty() &&
+          r.allowed_tokens.size() * 32 < static_cast<std::size_t>(vocab))
+        return invalid_argument("sample: the token bitmask is shorter than the vocabulary");
       const float* row = fp(logits) + r.row * logits.stride(0);
       kernels::sample(std::span<const float>(row, vocab), r.config, r.prompt_ids, r.output_ids,
-                      r.suppressed_ids, r.logit_bias, workspace_, out[i]);
+                      r.suppressed_ids, r.logit_bias, r.allowed_tokens, workspace_, out[i]);
     }
     return {};
   }

@@ -323,8 +323,8 @@ RouteOutcome ApiRoutes::completions(const std::string& body, ServingBackend& bac
     prompts.push_back(std::move(ids));
   }
   return start_generation(backend, response_options(Endpoint::completions, r.output), r.sampling,
-                          r.stop, r.cache_salt, {}, std::move(prompts), std::move(echo_texts),
-                          std::move(notify));
+                          r.stop, r.cache_salt, r.constraint, std::move(prompts),
+                          std::move(echo_texts), std::move(notify));
 }
 
 RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend& backend,
@@ -341,14 +341,6 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   if (!parsing.ok()) return error_outcome(parsing.error());
   auto constraint = tool_constraint(r.tools);
   if (!constraint.ok()) return error_outcome(constraint.error());
-  // Until the grammar engine holds the sampler to a constraint, a required or
-  // named choice cannot be kept: refuse it rather than answer unconstrained.
-  if (constraint->active()) {
-    return error_outcome(bad_request(
-        "tool_choice \"required\" or a named function needs structured output, which this "
-        "build of vpod does not have yet; use \"auto\" or \"none\"",
-        "tool_choice"));
-  }
   adjust_stop_params(parsing.value(), r.stop);
 
   auto ids = chat_prompt(backend, r);
@@ -357,8 +349,11 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   prompts.push_back(std::move(ids).value());
   ResponseOptions options = response_options(Endpoint::chat, r.output);
   options.chat_output = std::move(parsing).value();
-  return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt,
-                          constraint.value(), std::move(prompts), {}, std::move(notify));
+  // A required or named tool_choice overrides response_format and
+  // structured_outputs, as in vLLM.
+  const grammar::Constraint& held = constraint->active() ? constraint.value() : r.constraint;
+  return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt, held,
+                          std::move(prompts), {}, std::move(notify));
 }
 
 // POST /v1/responses: the conversation (instructions, the previous
@@ -409,7 +404,8 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
   options.conversation = std::move(conversation);
   if (r.store) options.store = &state_.responses;
 
-  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt, {}};
+  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt,
+                           chat.constraint};
   std::vector<engine::RequestSpec> specs;
   specs.push_back(std::move(spec));
   auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));

@@ -12,6 +12,7 @@
 
 #include "common/json_nesting.h"
 #include "common/utf8.h"
+#include "server/structured_output_parse.h"
 
 namespace vpod::server {
 namespace {
@@ -321,21 +322,16 @@ void parse_sampling(Fields& f, const RequestLimits& limits, engine::SamplingPara
   f.unsupported("allowed_token_ids", "allowed token ids");
   f.unsupported("bad_words", "bad words");
   f.unsupported("logits_processors", "logits processors");
-  f.unsupported("guided_json", "guided decoding");
-  f.unsupported("guided_regex", "guided decoding");
-  f.unsupported("guided_choice", "guided decoding");
-  f.unsupported("guided_grammar", "guided decoding");
-  f.unsupported("structured_outputs", "structured outputs");
-  if (const json* format = f.find("response_format")) {
-    const bool is_text = format->is_object() && format->contains("type") &&
-                         (*format)["type"].is_string() && (*format)["type"] == "text";
-    if (!is_text) {
-      f.fail(
-          bad_request("'response_format' is not supported by vpod yet (structured output); only "
-                      "{\"type\": \"text\"} is accepted",
-                      "response_format"));
-    }
+}
+
+// response_format, structured_outputs, guided_* (structured_output_parse.h).
+void parse_constraint(Fields& f, const json& body, grammar::Constraint& constraint) {
+  auto parsed = parse_structured_output(body);
+  if (!parsed.ok()) {
+    f.fail(parsed.error());
+    return;
   }
+  constraint = std::move(parsed).value();
 }
 
 void parse_output(Fields& f, const RequestLimits& limits, OutputOptions& o) {
@@ -633,6 +629,7 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body,
     f.fail(bad_request("'min_tokens' must not exceed 'max_tokens' (16 by default)", "min_tokens"));
   }
   parse_sampling(f, limits, r.sampling, r.stop);
+  parse_constraint(f, j, r.constraint);
   parse_output(f, limits, r.output);
   r.cache_salt = parse_cache_salt(f);
   if (auto logprobs = f.integer("logprobs", 0, limits.max_logprobs)) {
@@ -676,6 +673,7 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLi
   const char* max_name = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   parse_lengths(f, max_name, limits, r.max_tokens, r.stop.min_tokens);
   parse_sampling(f, limits, r.sampling, r.stop);
+  parse_constraint(f, j, r.constraint);
   parse_output(f, limits, r.output);
   r.cache_salt = parse_cache_salt(f);
   const bool logprobs = f.boolean("logprobs", false);

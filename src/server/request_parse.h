@@ -8,8 +8,8 @@
 // - the body must be a JSON object (valid UTF-8, no lone surrogates);
 // - unknown fields are ignored; a known field with the wrong type or out of
 //   range is a 400 naming the field; `null` means "not given";
-// - known features vpod does not implement (response_format other than text,
-//   suffix, best_of > n, ...) are a 400 saying so.
+// - known features vpod does not implement (suffix, best_of > n, ...) are a
+//   400 saying so.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/constraint.h"
 #include "server/api_error.h"
 #include "server/backend.h"
 #include "server/tool_request.h"
@@ -63,6 +64,8 @@ struct CompletionRequest {
   engine::StopParams stop;  // max_tokens defaults to 16 for completions
   OutputOptions output;
   std::string cache_salt;  // vLLM's prefix-cache salt; "" when not given
+  // Structured output (response_format, structured_outputs, guided_*).
+  grammar::Constraint constraint;
 };
 
 struct ChatRequest {
@@ -78,6 +81,8 @@ struct ChatRequest {
   OutputOptions output;
   std::string cache_salt;  // vLLM's prefix-cache salt; "" when not given
   ToolRequest tools;       // tools, tool_choice, parallel_tool_calls (tool_request.h)
+  // Structured output (response_format, structured_outputs, guided_*).
+  grammar::Constraint constraint;
 };
 
 // POST /tokenize: a prompt, or messages rendered through the chat template.

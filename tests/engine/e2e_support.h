@@ -62,6 +62,8 @@ struct Env {
   // must be a near tie: each in the other's top-5, within `near_tie_nats`.
   bool exact_solo_match = true;
   float near_tie_nats = 0.0f;
+  // Structured output for the engines (EngineConfig::grammar); null: none.
+  std::shared_ptr<grammar::GrammarCompiler> grammar;
 };
 
 // Writes `preset` with random weights (and its tokenizer) and loads it.
@@ -128,6 +130,7 @@ struct Stack {
     config.vocab_size = mc.vocab_size;
     config.eos_token_ids = env.model->generation_config().eos_token_ids;
     config.async_scheduling = mode.async;
+    config.grammar = env.grammar;
     ModelExecutor& executor = worker ? static_cast<ModelExecutor&>(*worker) : *runner;
     auto e = Engine::create(config, executor, *capacity, *decoders);
     EXPECT_TRUE(e.ok()) << e.status().to_string();

@@ -229,6 +229,85 @@ TEST(GpuSampler, DrawsFollowSoftmax) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(hist[i] / n, 0.1 * (i + 1), 0.025) << "token " << i;
 }
 
+// Structured output: a token bitmask per row (random sparse, a single
+// allowed id, a mask that forbids the row's argmax and a +100-biased id, or
+// none) gives the CPU reference's token, logprobs and top-N, and the token
+// is always one the mask allows.
+TEST(GpuSampler, TokenBitmaskMatchesCpuReference) {
+  VPOD_REQUIRE_GPU();
+  constexpr int kRows = 24;
+  for (int vocab : {1000, 128256}) {  // 1000: the last mask word is partial
+    auto sampler = GpuSampler::create(kRows, vocab);
+    ASSERT_TRUE(sampler.ok()) << sampler.status().to_string();
+    const int words = (vocab + 31) / 32;
+    for (const Config& cfg : configs()) {
+      std::vector<float> rows;
+      std::vector<std::vector<float>> originals;
+      std::vector<std::vector<std::uint32_t>> masks(kRows);
+      std::vector<std::vector<LogitBias>> biases(kRows);
+      std::vector<SampleRequest> requests;
+      std::mt19937 rng(static_cast<std::uint32_t>(vocab));
+      for (int s = 0; s < kRows; ++s) {
+        originals.push_back(make_logits(vocab, Shape::normal, 500u + static_cast<unsigned>(s)));
+        const std::vector<float>& row = originals.back();
+        rows.insert(rows.end(), row.begin(), row.end());
+        const auto argmax =
+            static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+        std::vector<std::uint32_t>& m = masks[static_cast<std::size_t>(s)];
+        m.assign(static_cast<std::size_t>(words), 0u);
+        auto allow = [&](int id) { m[static_cast<std::size_t>(id / 32)] |= 1u << (id % 32); };
+        switch (s % 4) {
+          case 0:
+            for (int id = 0; id < vocab; ++id)
+              if (rng() % 10 < 3) allow(id);
+            break;
+          case 1: allow(static_cast<int>(rng() % static_cast<unsigned>(vocab))); break;
+          case 2:
+            for (int id = 0; id < vocab; ++id)
+              if (id != argmax && id != 7) allow(id);
+            biases[static_cast<std::size_t>(s)] = {{7, 100.0f}, {argmax, 50.0f}};
+            break;
+          case 3: m.clear(); break;  // unconstrained row in a constrained batch
+        }
+        SampleRequest r;
+        r.row = s;
+        r.config = cfg.c;
+        r.config.seed = 91u + static_cast<std::uint64_t>(s);
+        r.config.index = static_cast<std::uint64_t>(s);
+        r.allowed_tokens = m;
+        r.logit_bias = biases[static_cast<std::size_t>(s)];
+        requests.push_back(r);
+      }
+      auto dev = cuda::DeviceBuffer::allocate(rows.size() * sizeof(float));
+      ASSERT_TRUE(dev.ok());
+      dev->copy_from_host(rows.data(), rows.size() * sizeof(float));
+      const TensorView logits(dev->data(), DType::f32, {kRows, vocab}, Device::cuda);
+      std::vector<SampleResult> got(kRows, SampleResult{-7, NAN, {}});
+      const Status st = (*sampler)->sample(logits, requests, nullptr, got);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      for (int s = 0; s < kRows; ++s) {
+        const SampleRequest& r = requests[static_cast<std::size_t>(s)];
+        const SampleResult want = sample_ref(originals[static_cast<std::size_t>(s)], r.config, {},
+                                             {}, {}, r.logit_bias, r.allowed_tokens);
+        const std::string where =
+            cfg.name + " vocab " + std::to_string(vocab) + " row " + std::to_string(s);
+        EXPECT_EQ(got[s].token, want.token) << where;
+        EXPECT_TRUE(token_allowed(r.allowed_tokens, got[s].token)) << where;
+        EXPECT_NEAR(got[s].logprob, want.logprob, 1e-4f + 1e-5f * std::fabs(want.logprob)) << where;
+        ASSERT_EQ(got[s].top.size(), want.top.size()) << where;
+        for (std::size_t t = 0; t < want.top.size(); ++t) {
+          // Past the allowed ids the top-N are -inf, lowest id first on both sides.
+          EXPECT_EQ(got[s].top[t].token, want.top[t].token) << where << " top " << t;
+          if (std::isinf(want.top[t].logprob))
+            EXPECT_EQ(got[s].top[t].logprob, want.top[t].logprob) << where << " top " << t;
+          else
+            EXPECT_NEAR(got[s].top[t].logprob, want.top[t].logprob, 1e-4f) << where << " top " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuSampler, RejectsBadRequests) {
   VPOD_REQUIRE_GPU();
   auto sampler = GpuSampler::create(2, 16);

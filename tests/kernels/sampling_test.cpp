@@ -142,6 +142,51 @@ TEST(Sampling, LogitBias) {
   }
 }
 
+// Structured output: ids the token bitmask disallows are -inf before
+// anything else, so no bias or penalty brings them back, the logprobs are
+// those of the allowed ids, and every draw is an allowed id.
+TEST(Sampling, TokenBitmask) {
+  SamplingConfig c;
+  c.temperature = 0.0f;
+  c.num_top_logprobs = 3;
+  const std::vector<std::uint32_t> mask = {(1u << 2) | (1u << 4) | (1u << 5)};  // ids 2, 4, 5
+  SampleResult r = sample_ref(kLogits, c, {}, {}, {}, {}, mask);
+  EXPECT_EQ(r.token, 4);  // 1 (3.0) is disallowed; 4 (2.9) is the best allowed
+  const double z = std::exp(2.0) + std::exp(2.9) + std::exp(-1.0);
+  EXPECT_NEAR(r.logprob, 2.9 - std::log(z), 1e-5);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].token, 4);
+  EXPECT_EQ(r.top[1].token, 2);
+  EXPECT_EQ(r.top[2].token, 5);
+  EXPECT_NEAR(r.top[2].logprob, -1.0 - std::log(z), 1e-5);
+  // A +100 bias or a repetition penalty on a disallowed id changes nothing.
+  const std::vector<LogitBias> force = {{1, 100.0f}, {0, 100.0f}};
+  EXPECT_EQ(sample_ref(kLogits, c, {}, {}, {}, force, mask).token, 4);
+  c.repetition_penalty = 0.5f;  // would lift negative logits of seen ids
+  const std::vector<std::int32_t> seen = {0, 3};
+  EXPECT_EQ(sample_ref(kLogits, c, seen, {}, {}, {}, mask).token, 4);
+  c.repetition_penalty = 1.0f;
+  // Suppression still applies inside the mask; the bias still moves allowed ids.
+  const std::vector<std::int32_t> suppressed = {4};
+  EXPECT_EQ(sample_ref(kLogits, c, {}, {}, suppressed, {}, mask).token, 2);
+  EXPECT_EQ(sample_ref(kLogits, c, {}, {}, {}, std::vector<LogitBias>{{5, 5.0f}}, mask).token, 5);
+  // Random draws with filters: always an allowed id, and each allowed id occurs.
+  c.temperature = 1.5f;
+  c.top_k = 2;
+  std::map<int, int> h;
+  for (std::uint64_t i = 0; i < 400; ++i) {
+    c.index = i;
+    ++h[sample_ref(kLogits, c, {}, {}, {}, {}, mask).token];
+  }
+  EXPECT_EQ(h.size(), 2u);  // top-2 of the allowed: 4 and 2
+  EXPECT_GT(h[4], 0);
+  EXPECT_GT(h[2], 0);
+  // An empty mask constrains nothing.
+  c.temperature = 0.0f;
+  c.top_k = 0;
+  EXPECT_EQ(sample_ref(kLogits, c, {}, {}, {}, {}, {}).token, 1);
+}
+
 // The largest uniform, 1 - 2^-25, stays below 1 (in float it rounded to 1,
 // giving +inf noise: a random token on about vocab / 2^24 of the draws, even
 // against a +100 bias). Found by search: ~2^24 ids on average.
@@ -165,7 +210,7 @@ TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   penalized.repetition_penalty = 2.0f;
   penalized.frequency_penalty = 1.0f;
   const std::vector<std::int32_t> history = {1, 4, 4, 2};
-  sample(kLogits, penalized, history, history, {}, {}, ws, out);
+  sample(kLogits, penalized, history, history, {}, {}, {}, ws, out);
   EXPECT_EQ(out.token, sample_ref(kLogits, penalized, history, history).token);
   // The next call, with no penalties, sees none of the previous one's counts.
   SamplingConfig plain;
@@ -174,7 +219,7 @@ TEST(Sampling, ReusedWorkspaceLeavesNoStateBehind) {
   plain.num_top_logprobs = 2;
   for (std::uint64_t i = 0; i < 20; ++i) {
     plain.index = i;
-    sample(kLogits, plain, {}, {}, {}, {}, ws, out);
+    sample(kLogits, plain, {}, {}, {}, {}, {}, ws, out);
     const SampleResult want = sample_ref(kLogits, plain, {}, {});
     EXPECT_EQ(out.token, want.token);
     ASSERT_EQ(out.top.size(), 2u);

@@ -3,7 +3,8 @@
 // counter-based RNG, so a request's k-th token depends only on (seed, k) and
 // its logits: reproducible across batch composition and preemption.
 //
-// Order (vLLM's): suppressed ids -> -inf; logit bias (l += bias, OpenAI's
+// Order (vLLM's): ids a structured-output bitmask disallows -> -inf (before
+// everything else); suppressed ids -> -inf; logit bias (l += bias, OpenAI's
 // logit_bias, before the penalties as in vLLM v1); repetition penalty over
 // prompt and output ids (l > 0 ? l / r : l * r); presence/frequency penalties over
 // output ids (l -= presence * [count > 0] + frequency * count); logprobs are
@@ -84,21 +85,31 @@ struct SampleRequest {
   std::span<const std::int32_t> output_ids;
   std::span<const std::int32_t> suppressed_ids;
   std::span<const LogitBias> logit_bias;  // ids unique; out-of-vocab entries ignored
+  // Structured output: bit (id % 32) of word (id / 32) set = id may be sampled
+  // (token_bitmask_words(vocab) words, xgrammar's layout); empty = all may.
+  std::span<const std::uint32_t> allowed_tokens;
 };
+
+// Whether `allowed` (a token bitmask as in SampleRequest; empty = all) lets `id` through.
+inline bool token_allowed(std::span<const std::uint32_t> allowed, std::int32_t id) {
+  return allowed.empty() || ((allowed[static_cast<std::size_t>(id) >> 5] >> (id & 31)) & 1u) != 0;
+}
 
 // Samples into `out` using `ws` (no allocation once both are sized).
 void sample(std::span<const float> logits, const SamplingConfig& config,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
             std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
-            SamplingWorkspace& ws, SampleResult& out);
+            std::span<const std::uint32_t> allowed_tokens, SamplingWorkspace& ws,
+            SampleResult& out);
 
 // CPU reference (allocates its own workspace). `prompt_ids` and `output_ids`
 // feed the penalties; `suppressed_ids` are never sampled; `logit_bias` is
-// added to its tokens' logits.
+// added to its tokens' logits; ids `allowed_tokens` (a bitmask) disallows are never sampled.
 SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& config,
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
                         std::span<const std::int32_t> suppressed_ids = {},
-                        std::span<const LogitBias> logit_bias = {});
+                        std::span<const LogitBias> logit_bias = {},
+                        std::span<const std::uint32_t> allowed_tokens = {});
 
 }  // namespace vpod::kernels

@@ -34,7 +34,8 @@ struct PenaltyEntry {
 };
 
 struct RowParams {
-  float* logits;  // [vocab] of this request's row
+  float* logits;                 // [vocab] of this request's row
+  const std::uint32_t* allowed;  // [ceil(vocab / 32)] token bitmask, or null: all allowed
   float temperature, top_p, min_p;
   float repetition_penalty, presence_penalty, frequency_penalty;
   std::int32_t top_k, num_top;
@@ -182,6 +183,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const RowParams p = sp.rows[blockIdx.x];
   float* l = p.logits;
   const int vocab = sp.vocab;
+
+  // Structured output first: ids the bitmask disallows -> -inf (sample()'s order).
+  if (p.allowed != nullptr) {
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      if (((p.allowed[i >> 5] >> (i & 31)) & 1u) == 0) l[i] = -INFINITY;
+    }
+    __syncthreads();
+  }
 
   // Suppression, logit bias and penalties, in place (sample()'s arithmetic, unfused).
   for (int e = threadIdx.x; e < p.num_entries; e += kThreads) {
@@ -430,6 +439,11 @@ std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 struct GpuSampler::Impl {
   int max_rows = 0;
   int vocab = 0;
+  int mask_words = 0;  // ceil(vocab / 32)
+  // Token bitmasks of the constrained rows, packed in request order:
+  // [max_rows, mask_words] on both sides, sized once.
+  cuda::PinnedBuffer host_masks;
+  cuda::DeviceBuffer dev_masks;
   // Host scratch for building the penalty entries (zero between rows).
   std::vector<std::int32_t> counts;
   std::vector<std::int32_t> flags;
@@ -457,6 +471,11 @@ Result<std::unique_ptr<GpuSampler>> GpuSampler::create(int max_rows, int vocab_s
   const std::size_t out_bytes = static_cast<std::size_t>(max_rows) * sizeof(RowResult);
   VPOD_RETURN_IF_ERROR(impl->host_out.reserve(out_bytes));
   VPOD_ASSIGN_OR_RETURN(impl->dev_out, cuda::DeviceBuffer::allocate(out_bytes));
+  impl->mask_words = (vocab_size + 31) / 32;
+  const std::size_t mask_bytes =
+      static_cast<std::size_t>(max_rows) * impl->mask_words * sizeof(std::uint32_t);
+  VPOD_RETURN_IF_ERROR(impl->host_masks.reserve(mask_bytes));
+  VPOD_ASSIGN_OR_RETURN(impl->dev_masks, cuda::DeviceBuffer::allocate(mask_bytes));
   return std::unique_ptr<GpuSampler>(new GpuSampler(std::move(impl)));
 }
 
@@ -475,8 +494,11 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
                             "] on the GPU, got " + logits.to_string());
   }
   const int n = static_cast<int>(requests.size());
-  // Per-row parameters and penalty entries.
+  // Per-row parameters and penalty entries; constrained rows' bitmasks packed.
   m.entries.clear();
+  int num_masks = 0;
+  auto* host_masks = static_cast<std::uint32_t*>(m.host_masks.data());
+  const auto* dev_masks = static_cast<const std::uint32_t*>(m.dev_masks.data());
   std::vector<RowParams>& rows_storage = m.rows;
   for (int r = 0; r < n; ++r) {
     const SampleRequest& q = requests[static_cast<std::size_t>(r)];
@@ -540,16 +562,32 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
     rp.index = c.index;
     rp.entries_begin = static_cast<std::int32_t>(begin);
     rp.num_entries = static_cast<std::int32_t>(m.entries.size() - begin);
+    rp.allowed = nullptr;
+    if (!q.allowed_tokens.empty()) {
+      if (static_cast<int>(q.allowed_tokens.size()) < m.mask_words) {
+        return invalid_argument("GpuSampler: the token bitmask has " +
+                                std::to_string(q.allowed_tokens.size()) +
+                                " words, the vocabulary needs " + std::to_string(m.mask_words));
+      }
+      const std::size_t offset = static_cast<std::size_t>(num_masks) * m.mask_words;
+      std::memcpy(host_masks + offset, q.allowed_tokens.data(),
+                  m.mask_words * sizeof(std::uint32_t));
+      rp.allowed = dev_masks + offset;
+      ++num_masks;
+    }
   }
   for (int r = 0; r < n; ++r) {
     for (int s = r + 1; s < n; ++s) {
       if (requests[static_cast<std::size_t>(r)].row == requests[static_cast<std::size_t>(s)].row &&
-          rows_storage[static_cast<std::size_t>(r)].num_entries +
-                  rows_storage[static_cast<std::size_t>(s)].num_entries >
-              0) {
-        // Penalties and biases are applied in place: two requests on one row would race.
+          (rows_storage[static_cast<std::size_t>(r)].num_entries +
+                   rows_storage[static_cast<std::size_t>(s)].num_entries >
+               0 ||
+           rows_storage[static_cast<std::size_t>(r)].allowed != nullptr ||
+           rows_storage[static_cast<std::size_t>(s)].allowed != nullptr)) {
+        // Masks, penalties and biases are applied in place: two requests on one row would race.
         return invalid_argument(
-            "GpuSampler: two requests with penalties or logit bias on one logits row");
+            "GpuSampler: two requests with a token bitmask, penalties or logit bias on one logits "
+            "row");
       }
     }
   }
@@ -565,6 +603,13 @@ Status GpuSampler::sample(const TensorView& logits, std::span<const SampleReques
   std::memcpy(host, rows_storage.data(), static_cast<std::size_t>(n) * sizeof(RowParams));
   if (!m.entries.empty()) {
     std::memcpy(host + rows_bytes, m.entries.data(), m.entries.size() * sizeof(PenaltyEntry));
+  }
+  if (num_masks > 0) {
+    VPOD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(m.dev_masks.data(), m.host_masks.data(),
+                        static_cast<std::size_t>(num_masks) * m.mask_words * sizeof(std::uint32_t),
+                        cudaMemcpyHostToDevice, stream),
+        StatusCode::internal);
   }
   auto* dev = static_cast<std::uint8_t*>(m.dev_in.data());
   VPOD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, in_bytes, cudaMemcpyHostToDevice, stream),

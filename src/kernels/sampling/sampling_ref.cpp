@@ -45,12 +45,17 @@ float sampling_gumbel(std::uint64_t seed, std::uint64_t index, std::int32_t id) 
 void sample(std::span<const float> logits, const SamplingConfig& c,
             std::span<const std::int32_t> prompt_ids, std::span<const std::int32_t> output_ids,
             std::span<const std::int32_t> suppressed_ids, std::span<const LogitBias> logit_bias,
-            SamplingWorkspace& ws, SampleResult& r) {
+            std::span<const std::uint32_t> allowed_tokens, SamplingWorkspace& ws, SampleResult& r) {
   const int vocab = static_cast<int>(logits.size());
   VPOD_CHECK(vocab > 0);
   ws.reserve(vocab);
   float* l = ws.logits.data();
   std::copy(logits.begin(), logits.end(), l);
+  if (!allowed_tokens.empty()) {
+    VPOD_CHECK(allowed_tokens.size() * 32 >= static_cast<std::size_t>(vocab));
+    for (int i = 0; i < vocab; ++i)
+      if (!token_allowed(allowed_tokens, i)) l[i] = -INFINITY;
+  }
   for (std::int32_t id : suppressed_ids) {
     if (id >= 0 && id < vocab) l[id] = -INFINITY;
   }
@@ -186,10 +191,11 @@ SampleResult sample_ref(std::span<const float> logits, const SamplingConfig& con
                         std::span<const std::int32_t> prompt_ids,
                         std::span<const std::int32_t> output_ids,
                         std::span<const std::int32_t> suppressed_ids,
-                        std::span<const LogitBias> logit_bias) {
+                        std::span<const LogitBias> logit_bias,
+                        std::span<const std::uint32_t> allowed_tokens) {
   SamplingWorkspace ws(static_cast<int>(logits.size()));
   SampleResult r;
-  sample(logits, config, prompt_ids, output_ids, suppressed_ids, logit_bias, ws, r);
+  sample(logits, config, prompt_ids, output_ids, suppressed_ids, logit_bias, allowed_tokens, ws, r);
   return r;
 }
 
