@@ -8,7 +8,7 @@ logprobs and seeds, and the 400s for what cannot be compiled or enforced.
 
 A random-weight model wanders: inside a free string it would rarely pick a
 closing quote among ~128k allowed tokens. The tests steer it with logit_bias
-(+30 on `"`, `}`, `]` and `,`), which changes only which *allowed* token is
+(+30 on `"`, `}`, `]`, `,` and `:`), which changes only which *allowed* token is
 likely: the grammar's mask comes first, so a biased token the grammar forbids
 (a `}` before the required properties, a `"` inside a pattern) never appears.
 Every output must end by the grammar (finish_reason "stop") and validate."""
@@ -28,8 +28,8 @@ import pytest
 from conftest import MODEL_NAME
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "json_schemas"
-# Llama-3 ids of '"', '}', ']' and ','.
-STEER = {"1": 30, "92": 30, "60": 30, "11": 30}
+# Llama-3 ids of '"', '}', ']', ',' and ':'.
+STEER = {"1": 30, "92": 30, "60": 30, "11": 30, "25": 30}
 MAX_TOKENS = 400
 PROMPT = "Reply in JSON."
 MESSAGES = [{"role": "user", "content": "Reply in JSON."}]

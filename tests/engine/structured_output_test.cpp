@@ -59,9 +59,10 @@ class StructuredOutput : public ::testing::Test {
 };
 
 // A random-weight model rarely picks a closing token among ~128k: +30 on
-// `"`, `}`, `]` and `,` (Llama-3 ids) ends strings and containers. The mask
+// `"`, `}`, `]`, `,` and `:` (Llama-3 ids) ends strings and containers. The mask
 // comes first, so only allowed tokens are favoured.
-const std::vector<kernels::LogitBias> kSteer = {{1, 30.0f}, {92, 30.0f}, {60, 30.0f}, {11, 30.0f}};
+const std::vector<kernels::LogitBias> kSteer = {
+    {1, 30.0f}, {92, 30.0f}, {60, 30.0f}, {11, 30.0f}, {25, 30.0f}};
 
 const char* kSchema = R"({"type": "object",
   "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},

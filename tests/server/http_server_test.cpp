@@ -548,8 +548,8 @@ TEST(HttpServer, ErrorStatuses) {
                400, "tools");
   expect_error(post(c, "/v1/chat/completions",
                     {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                     {"response_format", {{"type", "json_object"}}}}),
-               400, "response_format");
+                     {"response_format", {{"type", "yaml"}}}}),
+               400, "response_format.type");
   // 400: prompt + max_tokens beyond --max-model-len (512).
   expect_error(post(c, "/v1/completions", {{"prompt", std::string(500, 'a')}, {"max_tokens", 20}}),
                400, "max_tokens");

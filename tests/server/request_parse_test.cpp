@@ -217,12 +217,12 @@ TEST(CompletionParse, UnsupportedFeaturesSaidPlainly) {
       EXPECT_NE(r.error().message.find("not supported"), std::string::npos);
     }
   };
-  check({{"response_format", {{"type", "json_object"}}}}, "response_format");
   check({{"suffix", "end"}}, "suffix");
   check({{"best_of", 3}}, "best_of");
   check({{"echo", true}, {"logprobs", 2}}, "echo");
-  check({{"guided_json", {{"type", "object"}}}}, "guided_json");
   check({{"use_beam_search", true}}, "use_beam_search");
+  check({{"structured_outputs", {{"whitespace_pattern", " "}}}},
+        "structured_outputs.whitespace_pattern");
   // The "off" values of those fields pass.
   EXPECT_TRUE(completion({{"prompt", "x"},
                           {"response_format", {{"type", "text"}}},
@@ -438,7 +438,7 @@ TEST(ChatParse, Errors) {
   expect_bad(chat({{"messages", {user}}, {"tool_choice", "auto"}}), "tool_choice");
   expect_bad(chat({{"messages", {user}}, {"functions", {{{"name", "f"}}}}}), "functions");
   expect_bad(chat({{"messages", {user}}, {"response_format", {{"type", "json_schema"}}}}),
-             "response_format");
+             "response_format.json_schema");
   expect_bad(chat({{"messages", {user}}, {"continue_final_message", true}}),
              "continue_final_message");
   expect_bad(chat({{"messages", {user}}, {"chat_template", "{{ x }}"}}), "chat_template");
@@ -674,6 +674,97 @@ TEST(ChatParse, ToolsReachTheTemplate) {
       limits());
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_EQ(t->chat_template.tools, tools);
+}
+
+}  // namespace
+}  // namespace vpod::server
+
+namespace vpod::server {
+namespace {
+
+// response_format, structured_outputs and guided_* into one Constraint
+// (structured_output_parse.h); whether it compiles is the engine's check.
+TEST(StructuredOutputParse, EverySpellingOnBothEndpoints) {
+  using grammar::ConstraintKind;
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  struct Case {
+    json extra;
+    ConstraintKind kind;
+    std::string spec;
+    bool strict;
+  };
+  const std::string sch = schema.dump();
+  auto with_schema = [&](std::string text) {
+    for (std::size_t at; (at = text.find("SCHEMA")) != std::string::npos;) text.replace(at, 6, sch);
+    return json::parse(text);
+  };
+  const std::vector<Case> cases = {
+      {json::parse(R"({"response_format": {"type": "text"}})"), ConstraintKind::none, "", true},
+      {json::parse(R"({"response_format": {"type": "json_object"}})"), ConstraintKind::json_object,
+       "", false},
+      {with_schema(R"({"response_format": {"type": "json_schema",
+                        "json_schema": {"name": "n", "schema": SCHEMA, "strict": true}}})"),
+       ConstraintKind::json_schema, sch, true},
+      {with_schema(
+           R"({"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}})"),
+       ConstraintKind::json_schema, sch, false},
+      {with_schema(R"({"structured_outputs": {"json": SCHEMA}})"), ConstraintKind::json_schema, sch,
+       true},
+      {json{{"guided_json", sch}}, ConstraintKind::json_schema, sch, true},
+      {json::parse(R"({"structured_outputs": {"regex": "a+"}})"), ConstraintKind::regex, "a+",
+       true},
+      {json::parse(R"({"guided_regex": "a+"})"), ConstraintKind::regex, "a+", true},
+      {json::parse(R"({"guided_choice": ["x", "y"]})"), ConstraintKind::choice, R"(["x","y"])",
+       true},
+      {json::parse(R"({"structured_outputs": {"grammar": "root ::= \"a\""}})"),
+       ConstraintKind::ebnf, "root ::= \"a\"", true},
+      {json::parse(R"({"structured_outputs": {"json_object": true}})"), ConstraintKind::json_object,
+       "", false},
+      {json::parse(R"({"structured_outputs": {"json_object": false}})"), ConstraintKind::none, "",
+       true},
+      {json::parse(R"({"guided_decoding_backend": "xgrammar"})"), ConstraintKind::none, "", true},
+  };
+  for (const Case& c : cases) {
+    json body = {{"prompt", "x"}};
+    body.update(c.extra);
+    auto r = completion(body);
+    ASSERT_TRUE(r.ok()) << c.extra.dump() << ": " << r.error().message;
+    EXPECT_EQ(r->constraint.kind, c.kind) << c.extra.dump();
+    EXPECT_EQ(r->constraint.spec, c.spec) << c.extra.dump();
+    if (c.kind == ConstraintKind::json_schema) {
+      EXPECT_EQ(r->constraint.strict, c.strict);
+    }
+    json chat_body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
+    chat_body.update(c.extra);
+    auto rc = chat(chat_body);
+    ASSERT_TRUE(rc.ok()) << c.extra.dump() << ": " << rc.error().message;
+    EXPECT_EQ(rc->constraint.kind, c.kind) << c.extra.dump();
+  }
+}
+
+TEST(StructuredOutputParse, BadShapesAndTwoConstraintsAre400s) {
+  auto bad = [](const json& extra, const std::string& param) {
+    json body = {{"prompt", "x"}};
+    body.update(extra);
+    expect_bad(completion(body), param);
+  };
+  bad({{"response_format", "json"}}, "response_format");
+  bad({{"response_format", {{"type", "xml"}}}}, "response_format.type");
+  bad({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}},
+      "response_format.json_schema.schema");
+  bad({{"response_format",
+        {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", 1}}}}}},
+      "response_format.json_schema.strict");
+  bad({{"guided_json", "{not json"}}, "guided_json");
+  bad({{"guided_json", 5}}, "guided_json");
+  bad({{"guided_regex", ""}}, "guided_regex");
+  bad({{"guided_choice", json::array()}}, "guided_choice");
+  bad({{"guided_choice", {"a", 1}}}, "guided_choice");
+  bad({{"structured_outputs", "json"}}, "structured_outputs");
+  bad({{"structured_outputs", {{"json_object", "yes"}}}}, "structured_outputs.json_object");
+  bad({{"guided_whitespace_pattern", " "}}, "guided_whitespace_pattern");
+  bad({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}}, "guided_regex");
+  bad({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}, "structured_outputs.choice");
 }
 
 }  // namespace
