@@ -66,8 +66,8 @@ BAD_REQUESTS = [
     ("/v1/completions", b'{"prompt": "x", "stop_token_ids": [-1]}', "stop_token_ids"),
     ("/v1/completions", b'{"prompt": "x", "ignore_eos": 1}', "ignore_eos"),
     ("/v1/completions", b'{"prompt": "x", "max_tokens": 600}', "max_tokens"),
-    ("/v1/completions", b'{"prompt": "x", "response_format": {"type": "json_object"}}',
-     "response_format"),
+    ("/v1/completions", b'{"prompt": "x", "response_format": {"type": "yaml"}}',
+     "response_format.type"),
     ("/v1/chat/completions", b'{"messages": []}', "messages"),
     ("/v1/chat/completions", b'{"model": "tiny"}', "messages"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user"}]}', "messages"),
@@ -81,7 +81,7 @@ BAD_REQUESTS = [
      b' "function": {"name": "f"}}]}', "tools"),
     ("/v1/chat/completions",
      b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": '
-     b'"json_schema"}}', "response_format"),
+     b'"json_schema"}}', "response_format.json_schema"),
     ("/v1/chat/completions",
      b'{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}', "top_logprobs"),
     ("/v1/chat/completions",
@@ -108,8 +108,9 @@ def test_400_unsupported_features_say_so(url):
     # Tools mean tool_choice "auto", which needs the server's parser flags (as in vLLM).
     assert "--enable-auto-tool-choice" in check_error(r, 400, "tools")["message"]
     r = httpx.post(url + "/v1/completions", timeout=30, json={
-        "prompt": "x", "response_format": {"type": "json_object"}})
-    assert "not supported" in check_error(r, 400, "response_format")["message"]
+        "prompt": "x", "structured_outputs": {"regex": "a+", "whitespace_pattern": " "}})
+    assert "not supported" in check_error(
+        r, 400, "structured_outputs.whitespace_pattern")["message"]
 
 
 def test_400_context_length(url):
