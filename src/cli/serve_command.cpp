@@ -309,6 +309,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-logprobs", e.max_logprobs,
                   "Most logprobs / top_logprobs a request may ask for (400 above)")
       ->capture_default_str();
+  cmd->add_flag("--enable-auto-tool-choice", e.enable_auto_tool_choice,
+                "Parse tool calls from the model's output for tool_choice \"auto\" (needs "
+                "--tool-call-parser)");
+  cmd->add_option("--tool-call-parser", e.tool_call_parser,
+                  "The model's tool-call syntax: hermes (also qwen3, qwen2_5), llama3_json "
+                  "(llama4_json) or mistral");
+  cmd->add_option("--reasoning-parser", e.reasoning_parser,
+                  "Put the model's reasoning in reasoning_content: qwen3 (<think>...</think>)");
   cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", h.port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", h.api_key,

@@ -339,12 +339,25 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
   ChatRequest& r = parsed.value();
   if (!r.model.empty() && !card.serves(r.model)) return error_outcome(model_not_found(r.model));
 
+  // Tools: how the output is parsed, and the grammar a required or named
+  // tool_choice is held to (tool_request.h).
+  auto parsing = chat_output_config(r.tools, card.tool_serving);
+  if (!parsing.ok()) return error_outcome(parsing.error());
+  auto constraint = tool_constraint(r.tools);
+  if (!constraint.ok()) return error_outcome(constraint.error());
+  adjust_stop_params(parsing.value(), r.stop);
+
   auto ids = chat_prompt(backend, r);
   if (!ids.ok()) return error_outcome(ids.error());
   std::vector<std::vector<std::int32_t>> prompts;
   prompts.push_back(std::move(ids).value());
-  return start_generation(backend, response_options(Endpoint::chat, r.output), r.sampling, r.stop,
-                          r.cache_salt, r.constraint, std::move(prompts), {}, std::move(notify));
+  ResponseOptions options = response_options(Endpoint::chat, r.output);
+  options.chat_output = std::move(parsing).value();
+  // A required or named tool_choice overrides response_format and
+  // structured_outputs, as in vLLM.
+  const grammar::Constraint& held = constraint->active() ? constraint.value() : r.constraint;
+  return start_generation(backend, std::move(options), r.sampling, r.stop, r.cache_salt, held,
+                          std::move(prompts), {}, std::move(notify));
 }
 
 // POST /v1/responses: the conversation (instructions, the previous

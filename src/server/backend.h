@@ -29,6 +29,7 @@
 #include "engine/metrics.h"
 #include "engine/output_stream.h"
 #include "engine/request.h"
+#include "server/tool_request.h"
 
 namespace vpod::server {
 
@@ -49,6 +50,9 @@ struct ModelCard {
   // The KV cache's settings, as /metrics reports them in vLLM's
   // vllm:cache_config_info (name, value as Python's str() writes it).
   engine::MetricsInfoLabels cache_config;
+  // Tool-call and reasoning parsing (--enable-auto-tool-choice,
+  // --tool-call-parser, --reasoning-parser).
+  ToolServing tool_serving;
 
   // Whether `name` (a request's `model`) is one of this model's names.
   bool serves(std::string_view name) const {
@@ -61,6 +65,8 @@ struct ChatTemplateOptions {
   bool continue_final_message = false;
   // vLLM's chat_template_kwargs (enable_thinking, ...): more template variables.
   nlohmann::ordered_json extra_vars = nlohmann::ordered_json::object();
+  // The request's tools, as templates see them (`tools`); null: none.
+  nlohmann::ordered_json tools;
 };
 
 class GenerationStream {

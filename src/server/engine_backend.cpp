@@ -1,6 +1,8 @@
 // EngineBackend: the HTTP side's adapter over engine::EngineStack.
 #include "server/engine_backend.h"
 
+#include <fmt/format.h>
+
 #include <ctime>
 
 #include "common/log.h"
@@ -45,6 +47,33 @@ Result<tokenizer::ChatTemplate> load_chat_template(const std::filesystem::path& 
   return tmpl;
 }
 
+// The tool-call and reasoning parser flags, checked as vLLM checks them.
+Result<ToolServing> tool_serving(const EngineBackendOptions& o) {
+  ToolServing t;
+  t.enable_auto_tool_choice = o.enable_auto_tool_choice;
+  if (!o.tool_call_parser.empty()) {
+    auto kind = chat_output::tool_parser_from_name(o.tool_call_parser);
+    if (!kind) {
+      return invalid_argument(fmt::format("--tool-call-parser '{}' is not one of {}",
+                                          o.tool_call_parser, chat_output::tool_parser_names()));
+    }
+    t.tool_parser = *kind;
+  }
+  if (t.enable_auto_tool_choice && t.tool_parser == chat_output::ToolParserKind::none) {
+    return invalid_argument("--enable-auto-tool-choice requires --tool-call-parser");
+  }
+  if (!o.reasoning_parser.empty()) {
+    auto kind = chat_output::reasoning_parser_from_name(o.reasoning_parser);
+    if (!kind) {
+      return invalid_argument(fmt::format("--reasoning-parser '{}' is not one of {}",
+                                          o.reasoning_parser,
+                                          chat_output::reasoning_parser_names()));
+    }
+    t.reasoning_parser = *kind;
+  }
+  return t;
+}
+
 }  // namespace
 
 // What HTTP adds to the engine stack. The stack is declared last, so it (and
@@ -63,6 +92,7 @@ Result<std::unique_ptr<EngineBackend>> EngineBackend::load(const EngineBackendOp
   const std::filesystem::path& dir = o.stack.model_dir;
   const std::filesystem::path& tokenizer_dir = o.tokenizer_dir.empty() ? dir : o.tokenizer_dir;
   if (o.max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
+  VPOD_ASSIGN_OR_RETURN(s->card.tool_serving, tool_serving(o));
   // The chat template and the sampling defaults first: a bad flag or folder
   // fails before the model loads.
   VPOD_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl, load_chat_template(tokenizer_dir, o));
@@ -132,6 +162,7 @@ Result<std::string> EngineBackend::apply_chat_template(const nlohmann::ordered_j
                                                        const ChatTemplateOptions& options) const {
   tokenizer::ChatRenderOptions render;
   render.extra_vars = options.extra_vars;
+  render.tools = options.tools;
   render.continue_final_message = options.continue_final_message;
   render.limits.shared_budget = stack_->template_budget.get();
   return stack_->chat_template->render(messages, options.add_generation_prompt, render);

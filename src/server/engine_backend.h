@@ -31,6 +31,11 @@ struct EngineBackendOptions {
   // --generation-config: auto | vllm | a folder (default_sampling_params).
   std::string generation_config = "auto";
   int max_logprobs = 20;  // --max-logprobs
+  // --enable-auto-tool-choice, --tool-call-parser NAME, --reasoning-parser
+  // NAME (vLLM's names; "": none).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
   // Memory all concurrent chat-template renders may use together (each
   // render also has its own limit).
   std::size_t template_memory_bytes = std::size_t{1} << 30;

@@ -81,6 +81,9 @@ ResponseBuilder::ResponseBuilder(ResponseOptions options, TokenBytesFn token_byt
       Choice choice;
       choice.prompt_index = static_cast<int>(p);
       choice.text_offset = utf8::count_chars(echo_texts_[p]);
+      if (options_.endpoint == Endpoint::chat && options_.stream && options_.chat_output.active()) {
+        choice.parser = std::make_unique<chat_output::ChatOutputParser>(options_.chat_output);
+      }
       choices_.push_back(std::move(choice));
     }
   }
@@ -283,6 +286,7 @@ std::string ResponseBuilder::add(int index, engine::RequestOutput& delta) {
 
 std::string ResponseBuilder::stream_content(int index, Choice& choice,
                                             engine::RequestOutput& delta) {
+  if (choice.parser) return stream_parsed(index, choice, delta);
   const bool has_tokens = !delta.token_ids.empty();
   if (delta.text.empty() && !(has_tokens && (options_.logprobs || options_.return_token_ids))) {
     return "";
@@ -313,6 +317,49 @@ std::string ResponseBuilder::stream_content(int index, Choice& choice,
   return sse_event(chunk);
 }
 
+// Streamed chat whose text is parsed: one chunk per delta object the parser
+// gives (content, reasoning_content, a tool call's header or argument text);
+// the first carries the role, the logprobs and the token ids of this piece.
+std::string ResponseBuilder::stream_parsed(int index, Choice& choice,
+                                           engine::RequestOutput& delta) {
+  std::vector<json> deltas;
+  for (auto& d : choice.parser->feed(delta.text)) deltas.push_back(std::move(d));
+  if (delta.finished) {
+    for (auto& d : choice.parser->finish()) deltas.push_back(std::move(d));
+    choice.tool_calls = choice.parser->reports_tool_calls();
+  }
+  const bool token_info =
+      !delta.token_ids.empty() && (options_.logprobs || options_.return_token_ids);
+  if (deltas.empty() && token_info) deltas.push_back(json::object());
+  std::string events;
+  for (std::size_t k = 0; k < deltas.size(); ++k) {
+    json d = json::object();
+    if (!choice.started) d["role"] = "assistant";
+    d.update(deltas[k]);
+    json c = {{"index", index}, {"delta", std::move(d)}};
+    c["logprobs"] =
+        options_.logprobs && k == 0 ? logprobs_json(choice, delta.logprobs) : json(nullptr);
+    c["finish_reason"] = nullptr;
+    if (options_.return_token_ids)
+      c["token_ids"] = k == 0 ? delta.token_ids : decltype(delta.token_ids)();
+    json chunk = chunk_header();
+    if (!choice.started && options_.return_token_ids) {
+      chunk["prompt_token_ids"] = prompts_[choice.prompt_index];
+    }
+    choice.started = true;
+    chunk["choices"] = json::array({std::move(c)});
+    if (options_.continuous_usage) chunk["usage"] = choice_usage(choice);
+    events += sse_event(chunk);
+  }
+  return events;
+}
+
+// OpenAI reports "tool_calls" when the model stopped after calling tools.
+json ResponseBuilder::finish_json(const Choice& choice) const {
+  if (choice.tool_calls && choice.finish_reason == engine::FinishReason::stop) return "tool_calls";
+  return finish_reason_json(choice.finish_reason);
+}
+
 std::string ResponseBuilder::stream_final(int index, const Choice& choice) const {
   json c = {{"index", index}};
   json chunk = chunk_header();
@@ -323,7 +370,7 @@ std::string ResponseBuilder::stream_final(int index, const Choice& choice) const
     c["text"] = "";
   }
   c["logprobs"] = nullptr;
-  c["finish_reason"] = finish_reason_json(choice.finish_reason);
+  c["finish_reason"] = finish_json(choice);
   c["stop_reason"] = choice.stop_reason;
   chunk["choices"] = json::array({std::move(c)});
   if (options_.continuous_usage) chunk["usage"] = choice_usage(choice);
@@ -349,14 +396,21 @@ json ResponseBuilder::response() const {
   for (int i = 0; i < num_choices(); ++i) {
     const Choice& choice = choices_[i];
     json c = {{"index", i}};
-    if (chat) {
+    json finish_reason = finish_reason_json(choice.finish_reason);
+    if (chat && options_.chat_output.active()) {
+      bool tool_calls = false;
+      c["message"] = chat_output::parse_chat_message(options_.chat_output, choice.text, tool_calls);
+      if (tool_calls && choice.finish_reason == engine::FinishReason::stop) {
+        finish_reason = "tool_calls";
+      }
+    } else if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choice.text}};
     } else {
       c["text"] = choice.text;
     }
     c["logprobs"] =
         options_.logprobs && choice.logprobs.is_null() ? empty_logprobs(chat) : choice.logprobs;
-    c["finish_reason"] = finish_reason_json(choice.finish_reason);
+    c["finish_reason"] = std::move(finish_reason);
     c["stop_reason"] = choice.stop_reason;
     if (options_.return_token_ids) {
       if (!chat) c["prompt_token_ids"] = prompts_[choice.prompt_index];

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 
 #include "server/api_error.h"
 #include "server/backend.h"
+#include "server/chat_output/chat_output.h"
 
 namespace vpod::server {
 
@@ -48,6 +50,8 @@ struct ResponseOptions {
   // The request's stop_token_ids: a stop on one of them is reported as
   // stop_reason (an EOS stop is not, as in vLLM).
   std::vector<std::int32_t> stop_token_ids;
+  // Chat: reasoning and tool calls parsed out of the text (chat_output.h).
+  chat_output::ChatOutputConfig chat_output;
 };
 
 // The raw bytes a token stands for (ServingBackend::token_bytes).
@@ -116,6 +120,9 @@ class ResponseBuilder final : public OutputBuilder {
     std::vector<std::int32_t> token_ids;  // non-streaming only
     nlohmann::json logprobs;              // non-streaming only; null until the first
     nlohmann::json prompt_logprobs;       // non-streaming only (vLLM's prompt_logprobs)
+    // Streamed chat with tools or a reasoning parser: splits the text.
+    std::unique_ptr<chat_output::ChatOutputParser> parser;
+    bool tool_calls = false;  // finish_reason "stop" is reported as "tool_calls"
   };
 
   nlohmann::json chunk_header() const;
@@ -129,6 +136,8 @@ class ResponseBuilder final : public OutputBuilder {
   nlohmann::json prompt_logprobs_json(const Choice& choice,
                                       const std::vector<engine::SampledToken>& scored) const;
   std::string stream_content(int index, Choice& choice, engine::RequestOutput& delta);
+  std::string stream_parsed(int index, Choice& choice, engine::RequestOutput& delta);
+  nlohmann::json finish_json(const Choice& choice) const;
   std::string stream_final(int index, const Choice& choice) const;
   nlohmann::json usage() const;
   nlohmann::json choice_usage(const Choice& choice) const;

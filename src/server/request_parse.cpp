@@ -460,7 +460,7 @@ ApiResult<std::vector<Prompt>> parse_prompts(Fields& f, const RequestLimits& lim
 constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool", "developer"};
 
 // An assistant message's earlier `tool_calls` (a conversation that replays
-// them; `tools` themselves are refused): [{"id", "type": "function",
+// them): [{"id", "type": "function",
 // "function": {"name", "arguments"}}]. As vLLM does, a string `arguments`
 // is parsed into its JSON value first, so templates that `tojson` it render
 // the object rather than a quoted string.
@@ -709,14 +709,13 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestLi
   parse_template_options(f, r.chat_template);
   r.add_special_tokens = f.boolean("add_special_tokens", false);
   f.unsupported("echo", "echo in chat");
-  f.unsupported("tools", "tool calling");
-  f.unsupported("functions", "function calling");
-  f.unsupported("function_call", "function calling");
-  if (const json* choice = f.find("tool_choice"); choice && *choice != "none") {
-    f.fail(
-        bad_request("'tool_choice' is not supported by vpod (no tool calling yet)", "tool_choice"));
-  }
+  f.unsupported("functions", "the deprecated function calling; use 'tools'");
+  f.unsupported("function_call", "the deprecated function calling; use 'tool_choice'");
   if (f.error()) return *f.error();
+  auto tools = parse_tool_request(j);
+  if (!tools.ok()) return tools.error();
+  r.tools = std::move(tools).value();
+  r.chat_template.tools = r.tools.tools;
   return r;
 }
 
@@ -740,6 +739,9 @@ ApiResult<TokenizeRequest> parse_tokenize_request(std::string_view body,
     if (!parsed_messages.ok()) return parsed_messages.error();
     r.messages = std::move(parsed_messages).value();
     parse_template_options(f, r.chat_template);
+    auto tools = parse_tool_request(j);
+    if (!tools.ok()) return tools.error();
+    r.chat_template.tools = std::move(tools)->tools;
   } else {
     r.prompt = f.string("prompt").value_or("");
   }

@@ -8,8 +8,8 @@
 // - the body must be a JSON object (valid UTF-8, no lone surrogates);
 // - unknown fields are ignored; a known field with the wrong type or out of
 //   range is a 400 naming the field; `null` means "not given";
-// - known features vpod does not implement (tools, suffix, best_of > n, ...)
-//   are a 400 saying so.
+// - known features vpod does not implement (suffix, best_of > n, ...) are a
+//   400 saying so.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include "grammar/constraint.h"
 #include "server/api_error.h"
 #include "server/backend.h"
+#include "server/tool_request.h"
 
 namespace vpod::server {
 
@@ -85,6 +86,7 @@ struct ChatRequest {
   engine::StopParams stop;  // stop.max_tokens is filled by the handler
   OutputOptions output;
   std::string cache_salt;  // vLLM's prefix-cache salt; "" when not given
+  ToolRequest tools;       // tools, tool_choice, parallel_tool_calls (tool_request.h)
   // Structured output (response_format, structured_outputs, guided_*).
   grammar::Constraint constraint;
 };

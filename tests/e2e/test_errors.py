@@ -105,7 +105,8 @@ def test_400_unsupported_features_say_so(url):
     r = httpx.post(url + "/v1/chat/completions", timeout=30, json={
         "model": MODEL_NAME, "messages": USER, "tools": [{"type": "function",
                                                           "function": {"name": "f"}}]})
-    assert "not supported" in check_error(r, 400, "tools")["message"]
+    # Tools mean tool_choice "auto", which needs the server's parser flags (as in vLLM).
+    assert "--enable-auto-tool-choice" in check_error(r, 400, "tools")["message"]
     r = httpx.post(url + "/v1/completions", timeout=30, json={
         "prompt": "x", "structured_outputs": {"regex": "a+", "whitespace_pattern": " "}})
     assert "not supported" in check_error(

@@ -540,6 +540,11 @@ TEST(HttpServer, ErrorStatuses) {
   expect_error(post(c, "/v1/chat/completions",
                     {{"messages", {{{"role", "user"}, {"content", "x"}}}},
                      {"tools", {{{"type", "function"}}}}}),
+               400, "tools[0].function");
+  // Tools imply tool_choice "auto", which needs --enable-auto-tool-choice.
+  expect_error(post(c, "/v1/chat/completions",
+                    {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                     {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}),
                400, "tools");
   expect_error(post(c, "/v1/chat/completions",
                     {{"messages", {{{"role", "user"}, {"content", "x"}}}},

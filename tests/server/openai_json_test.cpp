@@ -166,6 +166,55 @@ TEST(ResponseBuilder, ChatStreamRoleWithFirstTokenThenFinalUsageDone) {
   EXPECT_EQ(payloads[4], "[DONE]");
 }
 
+// Tools and reasoning parsed out of the text: streamed as OpenAI streams
+// them (the role on the first chunk, a call's header, then its arguments,
+// finish_reason tool_calls), and whole as message fields.
+TEST(ResponseBuilder, ChatToolCallsAndReasoning) {
+  for (const bool stream : {true, false}) {
+    ResponseOptions o = options(Endpoint::chat, stream);
+    o.chat_output.tools = chat_output::ToolMode::parse;
+    o.chat_output.parser = chat_output::ToolParserKind::hermes;
+    o.chat_output.reasoning = chat_output::ReasoningParserKind::qwen3;
+    ResponseBuilder b(o, token_bytes, {{1, 2}});
+    std::string events;
+    events += add(b, 0, delta({5}, "<think>hm</think>\n\n<tool_", 1));
+    events += add(b, 0, delta({6}, "call>{\"name\": \"f\", ", 2));
+    events += add(b, 0, delta({7}, "\"arguments\": {\"a\": 1}}</tool_call>", 3));
+    events += add(b, 0, finish(delta({}, "", 3), FinishReason::stop));
+    ASSERT_TRUE(b.all_finished());
+    if (!stream) {
+      EXPECT_EQ(events, "");
+      const json c = b.response()["choices"][0];
+      EXPECT_EQ(c["finish_reason"], "tool_calls");
+      EXPECT_EQ(c["message"]["role"], "assistant");
+      EXPECT_EQ(c["message"]["reasoning_content"], "hm");
+      EXPECT_TRUE(c["message"]["content"].is_null());
+      ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+      EXPECT_EQ(c["message"]["tool_calls"][0]["type"], "function");
+      EXPECT_EQ(c["message"]["tool_calls"][0]["function"],
+                json({{"name", "f"}, {"arguments", "{\"a\": 1}"}}));
+      continue;
+    }
+    const std::vector<std::string> payloads = sse_payloads(events);
+    ASSERT_EQ(payloads.size(), 4u) << events;
+    const json first = json::parse(payloads[0])["choices"][0];
+    EXPECT_EQ(first["delta"], json({{"role", "assistant"}, {"reasoning_content", "hm"}}));
+    const json header = json::parse(payloads[1])["choices"][0]["delta"];
+    ASSERT_EQ(header.size(), 1u) << header;
+    const json& call = header["tool_calls"][0];
+    EXPECT_EQ(call["index"], 0);
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["id"].get<std::string>().rfind("chatcmpl-tool-", 0), 0u);
+    EXPECT_EQ(call["function"], json({{"name", "f"}, {"arguments", ""}}));
+    EXPECT_EQ(
+        json::parse(payloads[2])["choices"][0]["delta"],
+        json({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", "{\"a\": 1}"}}}}}}}));
+    const json final_chunk = json::parse(payloads[3])["choices"][0];
+    EXPECT_EQ(final_chunk["delta"], json::object());
+    EXPECT_EQ(final_chunk["finish_reason"], "tool_calls");
+  }
+}
+
 // usage.prompt_tokens_details.cached_tokens: the engine's count for each
 // prompt, taken once per prompt (from its first choice, as prompt_tokens
 // counts the prompt once), in the body and in the streamed usage chunk.

@@ -474,10 +474,10 @@ TEST(ChatParse, Errors) {
              "top_logprobs");
   expect_bad(chat({{"messages", {user}}, {"max_completion_tokens", 0}}), "max_completion_tokens");
   expect_bad(chat({{"messages", {user}}, {"logprobs", 1}}), "logprobs");
-  expect_bad(chat({{"messages", {user}},
-                   {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}),
-             "tools");
+  expect_bad(chat({{"messages", {user}}, {"tools", {{{"type", "function"}}}}}),
+             "tools[0].function");
   expect_bad(chat({{"messages", {user}}, {"tool_choice", "auto"}}), "tool_choice");
+  expect_bad(chat({{"messages", {user}}, {"functions", {{{"name", "f"}}}}}), "functions");
   expect_bad(chat({{"messages", {user}}, {"response_format", {{"type", "json_schema"}}}}),
              "response_format.json_schema");
   expect_bad(chat({{"messages", {user}}, {"continue_final_message", true}}),
@@ -690,6 +690,31 @@ TEST(StreamOptions, ContinuousUsageStatsGoesWithIncludeUsage) {
                          {"stream", true},
                          {"stream_options", {{"continuous_usage_stats", "yes"}}}}),
              "continuous_usage_stats");
+}
+
+TEST(ChatParse, ToolsReachTheTemplate) {
+  const json tools = {
+      {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
+  auto r = chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"tool_choice", "required"},
+                 {"parallel_tool_calls", false}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->tools.choice, ToolChoice::required);
+  EXPECT_FALSE(r->tools.parallel_tool_calls);
+  EXPECT_EQ(r->chat_template.tools, tools);
+  // tool_choice none: the tools are still rendered.
+  r = chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+            {"tools", tools},
+            {"tool_choice", "none"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->chat_template.tools, tools);
+  // /tokenize renders them too.
+  auto t = parse_tokenize_request(
+      json({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools}}).dump(),
+      limits());
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->chat_template.tools, tools);
 }
 
 }  // namespace
