@@ -216,7 +216,9 @@ const ScheduledStep& Scheduler::schedule(Clock::time_point now) {
   //    Their whole prefill was reserved at admission.
   for (std::size_t i = 0; i < running_.size() && budget.remaining() > 0; ++i) {
     Request* r = running_[i];
-    if (r->state != RequestState::prefilling) continue;
+    // A max_tokens 0 request whose prompt is computed ends at its collect,
+    // before this schedule; never lay out an empty chunk.
+    if (r->state != RequestState::prefilling || r->num_uncomputed() == 0) continue;
     chosen_prefills_.push_back(r);
     chosen_prefill_lens_.push_back(budget.take(r->num_uncomputed()));
   }
