@@ -21,6 +21,18 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
 
 namespace {
 
+// A sampler result as the engine carries it (fixed size, top-N copied).
+SampledToken to_sampled(std::int32_t token, float logprob, std::int32_t rank,
+                        const std::vector<kernels::TokenLogprob>& top) {
+  SampledToken s;
+  s.token = token;
+  s.logprob = logprob;
+  s.rank = rank;
+  s.num_top = static_cast<int>(std::min<std::size_t>(top.size(), kMaxTopLogprobs));
+  for (int k = 0; k < s.num_top; ++k) s.top[k] = {top[k].token, top[k].logprob};
+  return s;
+}
+
 // Whether every id `row` allows is in `ids`: then suppressing `ids` (stop
 // ids before min_tokens) would leave nothing to sample, and the grammar's
 // end wins (the row allows only its stop tokens: the output is complete).
@@ -104,11 +116,7 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
   VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const kernels::SampleResult& r = results[i];
-    SampledToken& s = out[i];
-    s.token = r.token;
-    s.logprob = r.logprob;
-    s.num_top = static_cast<int>(std::min<std::size_t>(r.top.size(), kMaxTopLogprobs));
-    for (int k = 0; k < s.num_top; ++k) s.top[k] = {r.top[k].token, r.top[k].logprob};
+    out[i] = to_sampled(r.token, r.logprob, 0, r.top);
   }
   // After the sampler: row_logits reuses the logits buffer.
   return score_prompts(scores, /*read=*/true);
@@ -141,12 +149,8 @@ Status ModelRunner::score_prompts(const PromptScores& scores, bool read) {
       VPOD_CHECK(next + static_cast<std::size_t>(n) <= scores.out.size());
       for (int i = 0; i < n; ++i) {
         const kernels::SampleResult& r = results[static_cast<std::size_t>(i)];
-        SampledToken& s = scores.out[next++];
-        s.token = requests_[static_cast<std::size_t>(i)].config.score_token;
-        s.logprob = r.score_logprob;
-        s.rank = r.score_rank;
-        s.num_top = static_cast<int>(std::min<std::size_t>(r.top.size(), kMaxTopLogprobs));
-        for (int k = 0; k < s.num_top; ++k) s.top[k] = {r.top[k].token, r.top[k].logprob};
+        scores.out[next++] = to_sampled(requests_[static_cast<std::size_t>(i)].config.score_token,
+                                        r.score_logprob, r.score_rank, r.top);
       }
     }
   }
