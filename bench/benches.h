@@ -18,6 +18,7 @@ void add_kvcache_bench(CLI::App& bench);    // bench/kvcache_bench.cpp
 void add_tokenizer_bench(CLI::App& bench);  // bench/tokenizer_bench.cpp
 void add_offline_bench(CLI::App& bench);    // bench/offline_bench.cpp
 void add_pod_bench(CLI::App& bench);        // bench/pod_bench.cpp
+void add_grammar_bench(CLI::App& bench);    // bench/grammar_bench.cpp
 
 // The attention launchers' switches (attention::KernelOptions; defaults: the
 // engine's fast paths) as flags of `cmd`: --mma-prefill, --no-tma,

@@ -231,6 +231,7 @@ void run(const Args& a) {
   const double exposed_s =
       after.step_time_total.host_exposed_s - before.step_time_total.host_exposed_s;
   const auto preemptions = after.num_preemptions - before.num_preemptions;
+  const auto deferred = after.grammar_deferred_samples - before.grammar_deferred_samples;
   // Prefix cache over the trace, in prompt tokens looked up at admission and
   // found; no lookups (caching off) gives no rate rather than 0%.
   const std::int64_t cache_queries = after.prefix_cache_queries - before.prefix_cache_queries;
@@ -263,6 +264,9 @@ void run(const Args& a) {
   row("Mode (kv-cache+attention):", mode);
   row("Prefix caching:", options.prefix_caching ? "on" : "off");
   row("JSON schema on every request:", a.json_schema_path.empty() ? "no" : a.json_schema_path);
+  if (!a.json_schema_path.empty()) {
+    row("Late grammar masks:", options.defer_late_masks ? "deferred" : "waited for");
+  }
   row("Requests:", std::to_string(n));
   row("Prompt / output tokens:", fmt::format("{} / {}", prompt_tokens, output_tokens));
   row("Makespan (s):", fmt::format("{:.3f}", makespan_s));
@@ -284,6 +288,9 @@ void run(const Args& a) {
   row("Host work hidden / exposed (s):", fmt::format("{:.3f} / {:.3f}", hidden_s, exposed_s));
   row("Host wait for the model (s):", fmt::format("{:.3f}", wait_s));
   row("Preemptions:", std::to_string(preemptions));
+  if (!a.json_schema_path.empty()) {
+    row("Decode rows deferred (late grammar mask):", std::to_string(deferred));
+  }
   row("Prefix cache hit rate:",
       has_hit_rate
           ? fmt::format("{:.2f}% ({} of {} tokens)", hit_rate * 100.0, cache_hits, cache_queries)
@@ -335,6 +342,8 @@ void run(const Args& a) {
     j["host_exposed_s"] = exposed_s;
     j["wait_s"] = wait_s;
     j["num_preemptions"] = preemptions;
+    j["grammar_deferred_samples"] = deferred;
+    j["defer_late_masks"] = options.defer_late_masks;
     j["prefix_cache_queries"] = cache_queries;
     j["prefix_cache_hits"] = cache_hits;
     j["prefix_cache_hit_rate"] = has_hit_rate ? json(hit_rate) : json(nullptr);

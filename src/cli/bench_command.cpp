@@ -15,6 +15,7 @@ void add_bench_command(CLI::App& app) {
   bench::add_kvcache_bench(*bench);
   bench::add_offline_bench(*bench);
   bench::add_pod_bench(*bench);
+  bench::add_grammar_bench(*bench);
 }
 
 }  // namespace vpod::cli

@@ -132,6 +132,10 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
   add_parsed(cmd, "--async-scheduling", o.async_scheduling, parse_on_off,
              "on: a step's output work overlaps the next step's forward; off: synchronous")
       ->default_str(on_off(o.async_scheduling));
+  add_parsed(cmd, "--structured-outputs-defer-late-masks", o.defer_late_masks, parse_on_off,
+             "on (GPU): a decode row whose grammar mask is late when the forward is done sits the "
+             "step out; off: every step waits for every mask")
+      ->default_str(on_off(o.defer_late_masks));
 }
 
 }  // namespace vpod::cli

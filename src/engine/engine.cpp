@@ -11,7 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/splitmix64.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_state.h"
 
 namespace vpod::engine {
 
@@ -98,7 +98,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestSpec spec,
     if (!config_.grammar)
       return failed_precondition(
           "structured output needs the model's tokenizer, which is not loaded");
-    VPOD_ASSIGN_OR_RETURN(r->matcher, config_.grammar->make_matcher(spec.constraint));
+    VPOD_ASSIGN_OR_RETURN(std::unique_ptr<grammar::Matcher> matcher,
+                          config_.grammar->make_matcher(spec.constraint));
+    r->grammar = std::make_shared<grammar::GrammarState>(std::move(matcher));
   }
   r->sampling = spec.sampling;
   r->stop = std::move(spec.stop);
@@ -231,9 +233,11 @@ bool Engine::collect(StepTimer& timer) {
     for (std::size_t i = 0; i < sampled.size(); ++i) {
       Request* r = step.sample_requests[i];
       if (r->is_done()) continue;  // ended meanwhile (stop string, abort): token dropped
-      // The grammar advances before the next step is scheduled: that step's
-      // bitmask is filled from this state (docs/structured_output.md).
-      if (r->matcher && !r->matcher->accept(sampled[i].token)) {
+      if (sampled[i].deferred) {   // its grammar's mask was late: it decodes again next step
+        metrics_.grammar_deferred_samples.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (sampled[i].grammar_rejected) {
         end_request(r, FinishReason::error,
                     "internal error: a sampled token breaks the request's grammar", now);
         continue;

@@ -332,6 +332,7 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
   }
   VPOD_ASSIGN_OR_RETURN(p.store, make_kv_store(o, max_model_len, 0, note));
   p.runner = std::make_unique<ModelRunner>(*p.model, p.store->view());
+  if (!o.defer_late_masks) p.runner->set_defer_unready_masks(false);
   return {};
 }
 

@@ -107,6 +107,10 @@ struct StackOptions {
   // The engine's pipelined loop, with the model on an AsyncExecutor worker
   // thread (false: synchronous steps, no worker).
   bool async_scheduling = true;
+  // Structured output on the GPU: a decode row whose grammar mask is not
+  // ready when the forward is done sits the step out instead of stalling it
+  // (docs/structured_output.md). Off: every step waits for every mask.
+  bool defer_late_masks = true;
   std::uint64_t seed = 0;  // seeds the requests that bring none
 
   // false: no tokenizer is loaded (the folder may have none); requests come as

@@ -271,6 +271,7 @@ MetricsSnapshot EngineMetrics::snapshot() const {
   for (int i = 0; i < kNumStepKinds; ++i)
     m.steps_by_kind[i] = steps_by_kind[i].load(std::memory_order_relaxed);
   m.hybrid_step_decodes = hybrid_step_decodes.load(std::memory_order_relaxed);
+  m.grammar_deferred_samples = grammar_deferred_samples.load(std::memory_order_relaxed);
   m.prefix_cache_queries = prefix_cache_queries.load(std::memory_order_relaxed);
   m.prefix_cache_hits = prefix_cache_hits.load(std::memory_order_relaxed);
   m.step_time_total.schedule_s = schedule_s_.load(std::memory_order_relaxed);
@@ -382,6 +383,10 @@ std::string format_prometheus(const MetricsSnapshot& m, std::string_view model_n
   x.counter("vpod_hybrid_step_decodes_total",
             "Decodes summed over hybrid steps (divided by the hybrid steps: their mean decodes).",
             m.hybrid_step_decodes);
+  x.counter("vpod_grammar_deferred_samples_total",
+            "Structured output: decode rows that sat a step out because their grammar's mask "
+            "was not ready when the forward was done.",
+            m.grammar_deferred_samples);
   x.header("vpod_step_phase_seconds_total", "counter", "Engine step time by phase.");
   const std::pair<const char*, double> phases[] = {{"schedule", m.step_time_total.schedule_s},
                                                    {"prepare", m.step_time_total.prepare_s},

@@ -109,7 +109,9 @@ struct MetricsSnapshot {
   std::uint64_t num_steps = 0;
   std::array<std::uint64_t, kNumStepKinds> steps_by_kind{};  // by StepKind
   std::uint64_t hybrid_step_decodes = 0;                     // decodes summed over hybrid steps
-  StepTimes step_time_total;                                 // summed over all steps
+  // Structured output: decode rows that sat a step out, their mask late.
+  std::uint64_t grammar_deferred_samples = 0;
+  StepTimes step_time_total;  // summed over all steps
   // Prefix cache, in tokens, as vLLM counts them: looked up at admissions
   // (readmissions after preemption included) and found cached there.
   std::int64_t prefix_cache_queries = 0;
@@ -147,6 +149,7 @@ class EngineMetrics {
   std::atomic<std::uint64_t> num_steps{0};
   std::array<std::atomic<std::uint64_t>, kNumStepKinds> steps_by_kind{};
   std::atomic<std::uint64_t> hybrid_step_decodes{0};
+  std::atomic<std::uint64_t> grammar_deferred_samples{0};
   std::atomic<std::int64_t> prefix_cache_queries{0};
   std::atomic<std::int64_t> prefix_cache_hits{0};
 

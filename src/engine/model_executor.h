@@ -27,10 +27,11 @@ struct SampleSpec {
   std::span<const std::int32_t> suppressed_ids;  // logits forced to -inf (stop ids before
                                                  // min_tokens)
   int num_logprobs = -1;                         // -1: none; 0: sampled token's; N: plus top N
-  // Structured output: the request's grammar state (null: unconstrained).
-  // The executor fills its next-token bitmask during the step; the engine
-  // thread leaves it alone between launch() and wait().
-  grammar::Matcher* matcher = nullptr;
+  // Structured output: the request's grammar (null: unconstrained). The
+  // executor advances its matcher over the outputs it has not seen (in
+  // token_ids), then fills its next-token bitmask, on its own threads; the
+  // engine thread never touches it (docs/structured_output.md).
+  grammar::GrammarState* grammar = nullptr;
 };
 
 // Prompt logprobs: rows of one prefill chunk whose next token is a prompt

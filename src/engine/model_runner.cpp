@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "common/check.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_state.h"
 
 namespace vpod::engine {
 
@@ -14,9 +14,9 @@ ModelRunner::ModelRunner(model::Model& model, const KvCacheView& kv) : model_(mo
   requests_.reserve(rows);
   results_.resize(rows);
   for (auto& r : results_) r.top.reserve(kMaxTopLogprobs);
-  mask_words_ = grammar::token_bitmask_words(model.config().vocab_size);
-  mask_matchers_.reserve(rows);
-  mask_rows_.reserve(rows);
+  defer_unready_masks_ = model.backend().device() == Device::cuda;
+  mask_deferred_.reserve(rows);
+  sampled_rows_.reserve(rows);
 }
 
 namespace {
@@ -49,26 +49,54 @@ bool allows_only(std::span<const std::uint32_t> row, std::span<const std::int32_
 
 }  // namespace
 
-// The bitmask of each constrained sample, from its matcher (which the engine
-// thread advanced over the previous token before this step was launched).
-// Called after the forward is issued: on the GPU this CPU work overlaps it.
-Status ModelRunner::fill_token_masks(std::span<const SampleSpec> samples) {
-  mask_matchers_.clear();
-  mask_rows_.clear();
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    grammar::Matcher* m = samples[i].matcher;
-    if (m == nullptr) continue;
-    if (m->vocab_size() != model_.config().vocab_size)
+// Called after the forward is issued: on the GPU the jobs run while it
+// computes. A job in flight from an earlier step (a deferred row) is waited
+// for, not restarted: its row reruns the same decode, so the mask it fills
+// is the one this step needs.
+Status ModelRunner::await_token_masks(const HybridBatch& batch,
+                                      std::span<const SampleSpec> samples) {
+  mask_deferred_.assign(samples.size(), 0);
+  bool any = false;
+  for (const SampleSpec& spec : samples) {
+    if (spec.grammar == nullptr) continue;
+    if (spec.grammar->matcher->vocab_size() != model_.config().vocab_size)
       return internal_error("a grammar was compiled for another vocabulary size");
-    if (masks_.empty()) masks_.resize(results_.size() * static_cast<std::size_t>(mask_words_));
-    mask_matchers_.push_back(m);
-    mask_rows_.push_back(masks_.data() + i * static_cast<std::size_t>(mask_words_));
+    any = true;
   }
-  if (mask_matchers_.empty()) return {};
-  if (!mask_filler_)
-    mask_filler_ =
-        std::make_unique<grammar::BitmaskFiller>(grammar::BitmaskFiller::default_threads());
-  return mask_filler_->fill(mask_matchers_, mask_rows_, mask_words_);
+  if (!any) return {};
+  if (!mask_workers_)
+    mask_workers_ = std::make_unique<grammar::MaskWorkers>(grammar::MaskWorkers::default_threads());
+  const auto num_prefills = static_cast<int>(batch.prefills.size());
+  // Polling interval for "is the forward done" while jobs remain.
+  constexpr std::chrono::microseconds kPoll{20};
+  for (;;) {
+    const std::uint64_t seen = mask_workers_->completions();
+    int waiting = 0;
+    bool waiting_prefill = false;
+    for (const SampleSpec& spec : samples) {
+      grammar::GrammarState* g = spec.grammar;
+      if (g == nullptr) continue;
+      if (!g->busy.load(std::memory_order_acquire)) {
+        const auto outputs =
+            spec.token_ids.subspan(static_cast<std::size_t>(spec.num_prompt_tokens));
+        if (g->mask_for == static_cast<int>(outputs.size())) continue;  // ready
+        mask_workers_->submit(*g, outputs);
+      }
+      ++waiting;
+      if (spec.sequence_index < num_prefills) waiting_prefill = true;
+    }
+    if (waiting == 0) return {};
+    // A prefill's first token always waits (its row cannot rerun cheaply);
+    // decode rows stop waiting once the GPU has nothing left to hide them under.
+    if (defer_unready_masks_ && !waiting_prefill && model_.backend().idle()) {
+      for (std::size_t i = 0; i < samples.size(); ++i) {
+        const grammar::GrammarState* g = samples[i].grammar;
+        if (g != nullptr && g->busy.load(std::memory_order_acquire)) mask_deferred_[i] = 1;
+      }
+      return {};
+    }
+    mask_workers_->wait_for_completion(seen, kPoll);
+  }
 }
 
 Status ModelRunner::forward_logits(const HybridBatch& batch, const PromptScores& scores) {
@@ -82,10 +110,17 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
   VPOD_ASSIGN_OR_RETURN(TensorView logits, model_.forward(batch, kv_, plan_, logits_mode(scores)));
   if (logits_observer_ && !samples.empty()) VPOD_RETURN_IF_ERROR(logits_observer_(logits, samples));
   VPOD_CHECK(samples.size() <= results_.size());
-  VPOD_RETURN_IF_ERROR(fill_token_masks(samples));
+  VPOD_RETURN_IF_ERROR(await_token_masks(batch, samples));
   requests_.clear();
+  sampled_rows_.clear();
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const SampleSpec& spec = samples[i];
+    if (mask_deferred_[i] != 0) {
+      out[i] = SampledToken{};
+      out[i].deferred = true;
+      continue;
+    }
+    sampled_rows_.push_back(i);
     const SamplingParams& p = *spec.params;
     kernels::SampleRequest& request = requests_.emplace_back();
     request.row = spec.sequence_index;
@@ -104,19 +139,20 @@ Status ModelRunner::forward(const HybridBatch& batch, std::span<const SampleSpec
     request.output_ids = spec.token_ids.subspan(spec.num_prompt_tokens);
     request.suppressed_ids = spec.suppressed_ids;
     request.logit_bias = p.logit_bias;
-    if (spec.matcher != nullptr) {
-      request.allowed_tokens = std::span<const std::uint32_t>(
-          masks_.data() + i * static_cast<std::size_t>(mask_words_), mask_words_);
+    if (spec.grammar != nullptr) {
+      request.allowed_tokens = spec.grammar->mask;
       if (!request.suppressed_ids.empty() &&
           allows_only(request.allowed_tokens, request.suppressed_ids))
         request.suppressed_ids = {};
     }
   }
-  const std::span<kernels::SampleResult> results(results_.data(), samples.size());
-  VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    const kernels::SampleResult& r = results[i];
+  const std::span<kernels::SampleResult> results(results_.data(), requests_.size());
+  if (!requests_.empty()) VPOD_RETURN_IF_ERROR(model_.backend().sample(logits, requests_, results));
+  for (std::size_t k = 0; k < sampled_rows_.size(); ++k) {
+    const std::size_t i = sampled_rows_[k];
+    const kernels::SampleResult& r = results[k];
     out[i] = to_sampled(r.token, r.logprob, 0, r.top);
+    out[i].grammar_rejected = samples[i].grammar != nullptr && samples[i].grammar->rejected;
   }
   // After the sampler: row_logits reuses the logits buffer.
   return score_prompts(scores, /*read=*/true);

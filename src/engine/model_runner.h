@@ -18,7 +18,7 @@
 
 #include "common/kv_view.h"
 #include "engine/model_executor.h"
-#include "grammar/bitmask_filler.h"
+#include "grammar/mask_workers.h"
 #include "kernels/sampling/sampling.h"
 #include "model/model.h"
 
@@ -50,6 +50,14 @@ class ModelRunner final : public ModelExecutor {
   // Optional; called on the thread that runs forward().
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
 
+  // Structured output: whether a decode row whose grammar job is still
+  // running once the forward is done sits the step out (SampledToken::
+  // deferred) instead of stalling the batch. Default: on for the GPU, where
+  // the forward runs while the jobs do; off for the CPU backend, whose
+  // forward is done before the jobs start (tests turn it on there to force
+  // deferrals).
+  void set_defer_unready_masks(bool on) { defer_unready_masks_ = on; }
+
  private:
   // Prompt logprobs of the step just run (model_.row_logits in bounded
   // slices), sampled into scores.out unless `read` is false.
@@ -66,15 +74,16 @@ class ModelRunner final : public ModelExecutor {
   std::vector<kernels::SampleResult> results_;
   LogitsObserver logits_observer_;
 
-  // Structured output: the step's constrained rows' token bitmasks, [max
-  // sequences, mask_words_], and the threads that fill them; made at the
-  // first constrained step (no cost otherwise, no allocation per step).
-  Status fill_token_masks(std::span<const SampleSpec> samples);
-  int mask_words_ = 0;
-  std::vector<std::uint32_t> masks_;
-  std::vector<grammar::Matcher*> mask_matchers_;
-  std::vector<std::uint32_t*> mask_rows_;
-  std::unique_ptr<grammar::BitmaskFiller> mask_filler_;
+  // Structured output: submits each constrained sample's job (accept its
+  // new outputs, fill its mask) and waits for them, or, for decode rows when
+  // deferral is on, until the forward is done; mask_deferred_[i] marks the
+  // rows that sit the step out. The threads are made at the first
+  // constrained step (no cost otherwise, no allocation per step).
+  Status await_token_masks(const HybridBatch& batch, std::span<const SampleSpec> samples);
+  bool defer_unready_masks_ = false;
+  std::vector<char> mask_deferred_;        // [samples] of the current step
+  std::vector<std::size_t> sampled_rows_;  // samples that reach the sampler, in order
+  std::unique_ptr<grammar::MaskWorkers> mask_workers_;
 };
 
 }  // namespace vpod::engine

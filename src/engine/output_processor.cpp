@@ -8,7 +8,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "engine/text_decoder.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_state.h"
 
 namespace vpod::engine {
 
@@ -17,11 +17,15 @@ OutputProcessor::OutputProcessor(EngineMetrics& metrics) : metrics_(metrics) {
   delta_.logprobs.reserve(1);
 }
 
-// The grammar accepted one of its stop tokens (an EOS id, allowed only once
-// the output is complete): the request ends with "stop", also before
-// min_tokens and with ignore_eos, since the grammar allows nothing after it.
+// The request sampled one of its grammar's stop tokens (an EOS id, which the
+// mask allows only once the output is complete): the grammar has ended, and
+// so does the request, with "stop", also before min_tokens and with
+// ignore_eos, since the grammar allows nothing after it. Decided from the
+// token, not the matcher, which the model runner advances later.
 bool OutputProcessor::ends_grammar(const Request& r) {
-  return r.matcher != nullptr && r.matcher->terminated();
+  if (r.grammar == nullptr || r.num_generated() == 0) return false;
+  const std::vector<std::int32_t>& stops = r.grammar->matcher->stop_token_ids();
+  return std::find(stops.begin(), stops.end(), r.token_ids.back()) != stops.end();
 }
 
 bool OutputProcessor::stops_by_token(const Request& r) {

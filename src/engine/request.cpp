@@ -8,7 +8,7 @@
 #include "common/splitmix64.h"
 #include "engine/output_stream.h"
 #include "engine/text_decoder.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_state.h"
 
 namespace vpod::engine {
 

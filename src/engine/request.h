@@ -29,7 +29,7 @@
 #include "kernels/sampling/sampling.h"
 
 namespace vpod::grammar {
-class Matcher;
+struct GrammarState;
 }
 
 namespace vpod::engine {
@@ -141,11 +141,13 @@ struct Request {
   // and stop_token_ids. Suppressed in sampling before min_tokens.
   std::vector<std::int32_t> stop_ids;
   StopStringMatcher stop_strings;  // built from stop.stop
-  // Structured output: the grammar state over the generated tokens (null:
-  // unconstrained). The engine thread advances it at each collect; the model
-  // runner fills the next token's bitmask from it while the step runs.
-  // Preemption keeps it: it has accepted exactly the generated tokens.
-  std::unique_ptr<grammar::Matcher> matcher;
+  // Structured output: the grammar over the generated tokens (null:
+  // unconstrained). Only the model runner and its mask threads touch it: at
+  // each step that samples the request they accept the outputs the matcher
+  // has not seen, then fill the next token's bitmask, while the GPU
+  // computes. Shared with a job in flight, which may outlive the request.
+  // Preemption keeps it.
+  std::shared_ptr<grammar::GrammarState> grammar;
 
   // prompt ++ generated; reserved at submission for prompt + max_tokens so the
   // step loop never reallocates it.

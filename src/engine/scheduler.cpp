@@ -281,7 +281,7 @@ void Scheduler::lay_out_batch() {
     spec.token_ids = r->token_ids;
     if (r->num_generated() < r->stop.min_tokens) spec.suppressed_ids = r->stop_ids;
     spec.num_logprobs = r->sampling.logprobs.value_or(-1);
-    spec.matcher = r->matcher.get();
+    spec.grammar = r->grammar.get();
     step_.samples.push_back(spec);
     step_.sample_requests.push_back(r);
   };
@@ -314,10 +314,20 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const SampledToken> 
   VPOD_CHECK(sampled.size() == step.samples.size());
   for (std::size_t i = 0; i < step.prefill_requests.size(); ++i)
     step.prefill_requests[i]->num_computed += step.batch.prefills[i].num_new;
-  for (Request* r : step.decode_requests) r->num_computed += 1;
+  // Every decode samples; decodes' samples come after the prefills'. A
+  // deferred decode (structured output) is not computed: it reruns.
+  const std::size_t first_decode = step.samples.size() - step.decode_requests.size();
+  for (std::size_t j = 0; j < step.decode_requests.size(); ++j) {
+    VPOD_CHECK(step.sample_requests[first_decode + j] == step.decode_requests[j]);
+    if (!sampled[first_decode + j].deferred) step.decode_requests[j]->num_computed += 1;
+  }
   for (std::size_t i = 0; i < step.sample_requests.size(); ++i) {
     Request* r = step.sample_requests[i];
     if (r->is_done()) continue;  // ended while the step ran: its token is dropped
+    if (sampled[i].deferred) {
+      VPOD_CHECK_MSG(i >= first_decode, "only decode samples are deferred");
+      continue;
+    }
     VPOD_CHECK(r->num_computed == r->num_tokens());
     VPOD_CHECK_MSG(r->token_ids.size() < r->token_ids.capacity(),
                    "token_ids must be reserved for prompt + max_tokens");

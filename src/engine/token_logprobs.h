@@ -24,6 +24,13 @@ struct SampledToken {
   std::int32_t rank = 0;
   int num_top = 0;  // valid entries of `top`, most likely first
   std::array<TokenLogprob, kMaxTopLogprobs> top{};
+  // Structured output: the request's matcher refused a token sampled before
+  // this one; the engine fails the request.
+  bool grammar_rejected = false;
+  // Structured output: nothing was sampled; the decode row's mask was not
+  // ready when the forward was done, so it sits the step out and reruns
+  // the same decode next step (docs/structured_output.md).
+  bool deferred = false;
 };
 
 }  // namespace vpod::engine

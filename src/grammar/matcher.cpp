@@ -29,6 +29,10 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar,
   if (!stop_token_ids_.empty())
     stops = std::vector<int>(stop_token_ids_.begin(), stop_token_ids_.end());
   impl_ = std::make_unique<Impl>(Impl{xgrammar::GrammarMatcher(grammar_->impl().compiled, stops)});
+  // The ids the mask allows at the end: ours, or xgrammar's detected ones
+  // when we gave none (the engine ends a request on these).
+  const std::vector<int>& effective = impl_->matcher.GetStopTokenIds();
+  stop_token_ids_.assign(effective.begin(), effective.end());
 }
 
 Matcher::~Matcher() = default;

@@ -34,8 +34,8 @@ class CompiledGrammar {
 // samplers read: kernels::SampleRequest::allowed_tokens).
 inline int token_bitmask_words(int vocab_size) { return (vocab_size + 31) / 32; }
 
-// Not thread-safe: one thread at a time (the engine thread accepts tokens,
-// the model runner's thread fills masks, never at once; docs/structured_output.md).
+// Not thread-safe: one thread at a time (in the engine, only the model
+// runner's mask jobs touch it; docs/structured_output.md).
 class Matcher {
  public:
   // `stop_token_ids`: the ids that end the output once the grammar is
@@ -57,6 +57,8 @@ class Matcher {
   // The output so far is a complete sentence of the grammar (it may go on).
   bool completed() const;
   int vocab_size() const { return vocab_size_; }
+  // The ids the mask allows once the output is complete (those given, or
+  // the vocabulary's own if none were). Immutable: any thread may read them.
   const std::vector<std::int32_t>& stop_token_ids() const { return stop_token_ids_; }
 
  private:

@@ -159,6 +159,10 @@ class Backend {
   // Copies backend memory to the host (synchronizes).
   virtual Status download(const void* src, std::size_t bytes, void* dst) = 0;
   virtual Status synchronize() = 0;
+  // Whether all work issued so far has finished, without waiting (the CPU
+  // backend's work finishes before its calls return). An error counts as
+  // finished: the next synchronizing call reports it.
+  virtual bool idle() { return true; }
 
   // ---- per step ----
   // Sizes the metadata buffers once for the largest step.

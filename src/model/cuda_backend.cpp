@@ -118,6 +118,8 @@ class CudaBackend final : public Backend {
     return {};
   }
 
+  bool idle() override { return cudaStreamQuery(stream_.get()) != cudaErrorNotReady; }
+
   Status reserve_step(int max_tokens, int max_sequences) override {
     // token_ids, positions, slots, kv_index, logit_rows: [max_tokens] each
     // (logit rows never exceed the tokens); 4 per-sequence arrays.

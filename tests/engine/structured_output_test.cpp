@@ -1,8 +1,9 @@
 // Structured output through the engine on the CPU backend (the tiny Llama-3
 // model, the real tokenizer, the vAttention cache): constrained requests in a
 // KV budget that forces preemptions finish by their grammar, obey it, and
-// equal their solo runs token for token (the matcher survives recompute);
-// the grammar's end beats min_tokens and ignore_eos.
+// equal their solo runs token for token (the matcher survives recompute),
+// also when rows whose mask is late sit steps out; the grammar's end beats
+// min_tokens and ignore_eos.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -105,7 +106,12 @@ void expect_obeys(int i, const std::string& text) {
   }
 }
 
-TEST_F(StructuredOutput, ConstrainedRequestsSurvivePreemptionAndMatchTheirSoloRuns) {
+// 32 constrained requests through a KV budget that forces preemptions; each
+// must finish by its grammar, obey it and equal its solo run. With `defer`
+// the runner lets a decode row whose mask is not ready sit the step out (on
+// the CPU backend that is nearly every decode row: its forward is done
+// before the mask jobs start), so every such row reruns its decode.
+void run_constrained_batch(bool defer) {
   constexpr int kRequests = 32;
   std::vector<RequestSpec> specs;
   std::int64_t total = 0;
@@ -114,6 +120,7 @@ TEST_F(StructuredOutput, ConstrainedRequestsSurvivePreemptionAndMatchTheirSoloRu
     total += static_cast<std::int64_t>(specs.back().prompt_token_ids.size()) + 40;
   }
   Stack stack(*env, std::max<std::int64_t>(total / 5, env->max_ctx), /*max_slots=*/kRequests);
+  stack.runner->set_defer_unready_masks(defer);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const RequestSpec& s : specs) {
     auto stream = stack.engine->submit(s);
@@ -122,6 +129,11 @@ TEST_F(StructuredOutput, ConstrainedRequestsSurvivePreemptionAndMatchTheirSoloRu
   }
   ASSERT_TRUE(stack.run());
   EXPECT_GT(stack.engine->metrics().num_preemptions, 0u) << "meant to force preemptions";
+  if (defer) {
+    EXPECT_GT(stack.engine->metrics().grammar_deferred_samples, 0u) << "meant to defer rows";
+  } else {
+    EXPECT_EQ(stack.engine->metrics().grammar_deferred_samples, 0u);
+  }
   for (int i = 0; i < kRequests; ++i) {
     const Output got = collect(*streams[static_cast<std::size_t>(i)]);
     ASSERT_TRUE(got.last.finished) << "request " << i;
@@ -130,6 +142,15 @@ TEST_F(StructuredOutput, ConstrainedRequestsSurvivePreemptionAndMatchTheirSoloRu
     const Output solo = alone(*env, specs[static_cast<std::size_t>(i)]);
     EXPECT_EQ(got.tokens, solo.tokens) << "request " << i;
   }
+}
+
+TEST_F(StructuredOutput, ConstrainedRequestsSurvivePreemptionAndMatchTheirSoloRuns) {
+  run_constrained_batch(/*defer=*/false);
+}
+
+// Deferred rows rerun their decode: the outputs do not change.
+TEST_F(StructuredOutput, DeferredMaskRowsRerunAndMatchTheirSoloRuns) {
+  run_constrained_batch(/*defer=*/true);
 }
 
 // The grammar allows only EOS once "red" is complete: min_tokens does not

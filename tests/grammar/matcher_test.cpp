@@ -4,13 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "grammar/bitmask_filler.h"
+#include "grammar/grammar_state.h"
+#include "grammar/mask_workers.h"
 #include "grammar/matcher.h"
 #include "grammar_support.h"
 
@@ -199,40 +203,103 @@ col ::= "id" | "name" | "age")");
   }
 }
 
-// The pool's masks equal one thread's, for matchers in different states.
-TEST(BitmaskFiller, ParallelFillEqualsSerial) {
+// Runs every state's job on `workers` and waits for all of them.
+void run_jobs(MaskWorkers& workers, std::vector<std::shared_ptr<GrammarState>>& states,
+              const std::vector<std::vector<std::int32_t>>& outputs) {
+  for (std::size_t i = 0; i < states.size(); ++i) workers.submit(*states[i], outputs[i]);
+  for (;;) {
+    const std::uint64_t seen = workers.completions();
+    if (std::none_of(states.begin(), states.end(), [](const auto& g) { return g->busy.load(); }))
+      return;
+    workers.wait_for_completion(seen, std::chrono::milliseconds(10));
+  }
+}
+
+// The pool's masks equal one thread's, for matchers in different states,
+// and each job first accepts the outputs its matcher has not seen.
+TEST(MaskWorkers, ParallelJobsEqualSerial) {
   VPOD_REQUIRE_LLAMA3();
-  std::vector<std::unique_ptr<Matcher>> matchers;
   const char* kinds[] = {R"(["alpha", "beta", "gamma"])", R"(["x1", "x22"])"};
+  auto make = [&](int i) {
+    return i % 3 == 2 ? matcher_of(ConstraintKind::json_object, "", false)
+                      : matcher_of(ConstraintKind::choice, kinds[i % 2]);
+  };
+  // Outputs: none, or the first allowed token (accepted by the job).
+  std::vector<std::vector<std::int32_t>> outputs;
   for (int i = 0; i < 12; ++i) {
-    if (i % 3 == 2) {
-      matchers.push_back(matcher_of(ConstraintKind::json_object, "", false));
-    } else {
-      matchers.push_back(matcher_of(ConstraintKind::choice, kinds[i % 2]));
+    auto m = make(i);
+    ASSERT_TRUE(m);
+    outputs.push_back(i % 4 == 1 ? std::vector<std::int32_t>{allowed_ids(*m)[0]}
+                                 : std::vector<std::int32_t>{});
+  }
+  auto fresh = [&] {
+    std::vector<std::shared_ptr<GrammarState>> states;
+    for (int i = 0; i < 12; ++i) {
+      states.push_back(std::make_shared<GrammarState>(make(i)));
+      std::fill(states.back()->mask.begin(), states.back()->mask.end(), 0xdeadbeef);
     }
-    ASSERT_TRUE(matchers.back());
-    if (i % 4 == 1) {
-      ASSERT_TRUE(matchers.back()->accept(allowed_ids(*matchers.back())[0]));
+    return states;
+  };
+  MaskWorkers one(1);
+  auto serial = fresh();
+  run_jobs(one, serial, outputs);
+  MaskWorkers four(4);
+  for (int round = 0; round < 3; ++round) {  // the pool is reused across steps
+    auto parallel = fresh();
+    run_jobs(four, parallel, outputs);
+    for (std::size_t i = 0; i < serial.size(); ++i) {
+      EXPECT_FALSE(parallel[i]->rejected);
+      EXPECT_EQ(parallel[i]->mask_for, static_cast<int>(outputs[i].size()));
+      EXPECT_EQ(parallel[i]->accepted, static_cast<int>(outputs[i].size()));
+      EXPECT_EQ(serial[i]->mask, parallel[i]->mask) << "round " << round << " row " << i;
     }
   }
-  const int words = token_bitmask_words(matchers[0]->vocab_size());
-  std::vector<std::uint32_t> serial(matchers.size() * words),
-      parallel(matchers.size() * words, 0xdeadbeef);
-  std::vector<Matcher*> ptrs;
-  std::vector<std::uint32_t*> serial_rows, parallel_rows;
-  for (std::size_t i = 0; i < matchers.size(); ++i) {
-    ptrs.push_back(matchers[i].get());
-    serial_rows.push_back(serial.data() + i * words);
-    parallel_rows.push_back(parallel.data() + i * words);
+  // Accepting by hand gives the job's mask.
+  auto by_hand = make(1);
+  ASSERT_TRUE(by_hand->accept(outputs[1][0]));
+  std::vector<std::uint32_t> expected(serial[1]->mask.size());
+  by_hand->fill_bitmask(expected);
+  EXPECT_EQ(serial[1]->mask, expected);
+}
+
+// A refused output flags the state and leaves an all-allowed mask (the
+// engine fails that request; the step still samples).
+TEST(MaskWorkers, RefusedOutputFlagsTheState) {
+  VPOD_REQUIRE_LLAMA3();
+  auto probe = matcher_of(ConstraintKind::choice, R"(["alpha", "beta"])");
+  ASSERT_TRUE(probe);
+  std::vector<std::uint32_t> start(token_bitmask_words(probe->vocab_size()));
+  probe->fill_bitmask(start);
+  std::int32_t bad = -1;
+  for (std::int32_t id = 0; id < probe->vocab_size() && bad < 0; ++id) {
+    if (((start[id / 32] >> (id % 32)) & 1u) == 0) bad = id;
   }
-  BitmaskFiller one(1);
-  ASSERT_TRUE(one.fill(ptrs, serial_rows, words).ok());
-  BitmaskFiller four(4);
-  for (int round = 0; round < 3; ++round) {  // the pool is reused across fills
-    std::fill(parallel.begin(), parallel.end(), 0xdeadbeef);
-    ASSERT_TRUE(four.fill(ptrs, parallel_rows, words).ok());
-    EXPECT_EQ(serial, parallel) << "round " << round;
+  ASSERT_GE(bad, 0);
+  std::vector<std::shared_ptr<GrammarState>> states = {
+      std::make_shared<GrammarState>(matcher_of(ConstraintKind::choice, R"(["alpha", "beta"])"))};
+  std::fill(states[0]->mask.begin(), states[0]->mask.end(), 0u);
+  MaskWorkers workers(2);
+  run_jobs(workers, states, {{bad}});
+  EXPECT_TRUE(states[0]->rejected);
+  EXPECT_TRUE(std::all_of(states[0]->mask.begin(), states[0]->mask.end(),
+                          [](std::uint32_t w) { return w == ~std::uint32_t{0}; }));
+}
+
+// A job may outlive its request: the state stays alive while the job runs.
+TEST(MaskWorkers, JobKeepsItsStateAlive) {
+  VPOD_REQUIRE_LLAMA3();
+  MaskWorkers workers(1);
+  std::weak_ptr<GrammarState> watch;
+  {
+    auto g = std::make_shared<GrammarState>(matcher_of(ConstraintKind::json_object, "", false));
+    watch = g;
+    workers.submit(*g, {});
+  }  // the request's reference is gone; the job's remains until it finishes
+  // The job drops its reference just after it counts as completed.
+  for (int i = 0; i < 10000 && !watch.expired(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  EXPECT_TRUE(watch.expired());
 }
 
 }  // namespace
