@@ -585,7 +585,7 @@ TEST(Engine, MetricsCountWhatHappened) {
     if (line.starts_with("#")) continue;
     EXPECT_NE(line.find("{model_name=\"tiny\",engine=\"0\""), std::string::npos) << line;
     EXPECT_TRUE(line.starts_with("vllm:") || line.starts_with("vpod_step") ||
-                line.starts_with("vpod_hybrid_step"))
+                line.starts_with("vpod_hybrid_step") || line.starts_with("vpod_grammar_"))
         << line;
   }
 }
