@@ -50,6 +50,35 @@ PY
   fi
 fi
 
+# LiteLLM in a virtual env of its own (tools/requirements-litellm.txt says
+# why), seeing the system packages but never changing them (pip may warn
+# there that awscli's pins are not met: it means the system's awscli, which
+# keeps its own botocore). Made or remade only when it is missing or holds
+# another version than the pin; the cache is cmake/flashinfer.cmake's
+# default, where the e2e tests look (tests/e2e/conftest.py).
+litellm_requirements=tools/requirements-litellm.txt
+if [[ -f $litellm_requirements ]] && command -v python3 >/dev/null 2>&1; then
+  litellm_pin=$(sed -n 's/^litellm==\([^ #]*\).*/\1/p' "$litellm_requirements")
+  litellm_cache=${XDG_CACHE_HOME:-$HOME/.cache}/vpod
+  litellm_venv="${VPOD_DEPS_CACHE:-$litellm_cache}/venv-litellm"
+  litellm_have=""
+  if [[ -x $litellm_venv/bin/python ]]; then
+    litellm_have=$("$litellm_venv/bin/python" -c \
+      'from importlib.metadata import version; print(version("litellm"))' 2>/dev/null || true)
+  fi
+  if [[ -n $litellm_pin && $litellm_have != "$litellm_pin" ]]; then
+    echo "install-deps: installing litellm==$litellm_pin into $litellm_venv"
+    # Test-only: a failure here warns and leaves the build to go on.
+    if ! { [[ -x $litellm_venv/bin/python ]] ||
+      python3 -m venv --system-site-packages "$litellm_venv"; } ||
+      ! "$litellm_venv/bin/python" -m pip install -q --disable-pip-version-check \
+        -r "$litellm_requirements"; then
+      echo "install-deps: warning: LiteLLM could not be installed into $litellm_venv;" \
+        "the e2e tests that call it will fail (or skip, without the env)" >&2
+    fi
+  fi
+fi
+
 if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "install-deps: the CUDA 13 toolkit (nvcc) is required; install it from NVIDIA" >&2
   exit 1

@@ -361,8 +361,9 @@ RouteOutcome ApiRoutes::chat_completions(const std::string& body, ServingBackend
 }
 
 // POST /v1/responses: the conversation (instructions, the previous
-// response's turns, this input) goes through the chat path; the builder
-// answers in the Responses shape and keeps the finished response.
+// response's turns, this input) and the tools go through the chat path; the
+// builder answers in the Responses shape (text and function calls) and keeps
+// the finished response.
 RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backend,
                                   std::function<void()> notify) const {
   const ModelCard& card = backend.model();
@@ -384,6 +385,16 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
   if (r.instructions) chat.messages.push_back({{"role", "system"}, {"content", *r.instructions}});
   for (const auto& m : conversation) chat.messages.push_back(m);
 
+  // Function tools as chat completions take them (tool_request.h); the
+  // reasoning parser is not applied here (no reasoning output items), so a
+  // think block stays in the text.
+  auto parsing = chat_output_config(chat.tools, card.tool_serving);
+  if (!parsing.ok()) return error_outcome(parsing.error());
+  parsing->reasoning = chat_output::ReasoningParserKind::none;
+  auto constraint = tool_constraint(chat.tools);
+  if (!constraint.ok()) return error_outcome(constraint.error());
+  adjust_stop_params(parsing.value(), chat.stop);
+
   auto ids = chat_prompt(backend, chat, "max_output_tokens");
   if (!ids.ok()) return error_outcome(ids.error());
   ResponsesOptions options;
@@ -404,12 +415,17 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
       {"temperature", chat.sampling.temperature},
       {"top_p", chat.sampling.top_p},
       {"user", r.user ? json(*r.user) : json(nullptr)},
+      {"tools", r.tools_echo},
+      {"tool_choice", r.tool_choice_echo},
+      {"parallel_tool_calls", chat.tools.parallel_tool_calls},
   };
   options.conversation = std::move(conversation);
   if (r.store) options.store = &state_.responses;
+  options.tool_output = std::move(parsing).value();
 
-  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt,
-                           chat.constraint};
+  // A required or named tool_choice overrides structured_outputs, as on chat.
+  const grammar::Constraint& held = constraint->active() ? constraint.value() : chat.constraint;
+  engine::RequestSpec spec{std::move(ids).value(), chat.sampling, chat.stop, chat.cache_salt, held};
   std::vector<engine::RequestSpec> specs;
   specs.push_back(std::move(spec));
   auto call = GenerationCall::start(backend, std::move(specs), std::move(notify));

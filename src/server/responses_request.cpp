@@ -1,19 +1,23 @@
 // Parsing of POST /v1/responses (responses_request.h): the Responses fields
-// are read here; the input becomes chat messages and, with the sampling
-// fields, goes through parse_chat_request.
+// are read here; the input items become chat messages, the function tools
+// chat's tools, and with the sampling fields they go through
+// parse_chat_request.
 #include "server/responses_request.h"
 
 #include <fmt/format.h>
 
 #include <array>
 
+#include "common/json_nesting.h"
+
 namespace vpod::server {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-// Fields copied as they are into the chat request (OpenAI's, and the vLLM
-// sampling extensions vLLM's Responses endpoint also takes).
+// Fields copied as they are into the chat request (OpenAI's, the vLLM
+// sampling extensions vLLM's Responses endpoint also takes, and chat's
+// logit_bias and structured_outputs, which vpod takes here too).
 constexpr std::array kChatFields = {"model",
                                     "temperature",
                                     "top_p",
@@ -28,7 +32,10 @@ constexpr std::array kChatFields = {"model",
                                     "cache_salt",
                                     "chat_template_kwargs",
                                     "ignore_eos",
-                                    "min_tokens"};
+                                    "min_tokens",
+                                    "logit_bias",
+                                    "structured_outputs",
+                                    "parallel_tool_calls"};
 
 ApiError field_error(const std::string& param, std::string message) {
   return bad_request(std::move(message), param);
@@ -56,16 +63,22 @@ ApiResult<json> parse_part(const json& part, const std::string& where) {
   return json{{"type", "text"}, {"text", part["text"]}};
 }
 
-// One input item (an easy or explicit message) -> a chat message.
-ApiResult<json> parse_item(const json& item, const std::string& where) {
-  if (!item.is_object()) return field_error("input", fmt::format("'{}' must be an object", where));
-  if (auto type = item.find("type"); type != item.end() && !type->is_null()) {
-    if (!type->is_string() || *type != "message") {
-      return field_error("input", fmt::format("'{}.type' {} is not supported by vpod (only "
-                                              "'message' items)",
-                                              where, type->dump()));
-    }
+const json* given(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A required non-empty string field of an input item.
+ApiResult<std::string> item_string(const json& item, const char* name, const std::string& where) {
+  const json* v = given(item, name);
+  if (!v || !v->is_string() || v->get_ref<const std::string&>().empty()) {
+    return field_error("input", fmt::format("'{}.{}' must be a non-empty string", where, name));
   }
+  return v->get<std::string>();
+}
+
+// An easy or explicit message item -> a chat message.
+ApiResult<json> parse_message(const json& item, const std::string& where) {
   auto role = item.find("role");
   static constexpr std::array kRoles = {"user", "assistant", "system", "developer"};
   bool known = false;
@@ -97,24 +110,173 @@ ApiResult<json> parse_item(const json& item, const std::string& where) {
   return message;
 }
 
+// A function_call item -> one entry of an assistant message's tool_calls.
+// The arguments must be JSON: the chat path parses them for the template.
+ApiResult<json> parse_function_call(const json& item, const std::string& where) {
+  auto call_id = item_string(item, "call_id", where);
+  if (!call_id.ok()) return call_id.error();
+  auto name = item_string(item, "name", where);
+  if (!name.ok()) return name.error();
+  const json* arguments = given(item, "arguments");
+  if (!arguments || !arguments->is_string() ||
+      !json_nesting_within(arguments->get_ref<const std::string&>(),
+                           RequestLimits{}.max_json_depth) ||
+      !json::accept(arguments->get_ref<const std::string&>())) {
+    return field_error("input",
+                       fmt::format("'{}.arguments' must be a string holding JSON (the arguments "
+                                   "the model wrote), nested at most {} deep",
+                                   where, RequestLimits{}.max_json_depth));
+  }
+  return json{{"id", call_id.value()},
+              {"type", "function"},
+              {"function", {{"name", name.value()}, {"arguments", *arguments}}}};
+}
+
+// A function_call_output item -> a tool message answering call_id.
+ApiResult<json> parse_function_call_output(const json& item, const std::string& where) {
+  auto call_id = item_string(item, "call_id", where);
+  if (!call_id.ok()) return call_id.error();
+  const json* output = given(item, "output");
+  json content;
+  if (output && output->is_string()) {
+    content = *output;
+  } else if (output && output->is_array()) {
+    content = json::array();
+    for (std::size_t k = 0; k < output->size(); ++k) {
+      const std::string part_where = fmt::format("{}.output[{}]", where, k);
+      const json& part = (*output)[k];
+      if (!part.is_object() || part.value("type", json()) != "input_text") {
+        return field_error("input",
+                           fmt::format("'{}' must be an input_text part (vpod takes no images or "
+                                       "files)",
+                                       part_where));
+      }
+      auto text = parse_part(part, part_where);
+      if (!text.ok()) return text.error();
+      content.push_back(std::move(text).value());
+    }
+  } else {
+    return field_error(
+        "input",
+        fmt::format("'{}.output' must be a string or an array of input_text parts", where));
+  }
+  json message = {
+      {"role", "tool"}, {"tool_call_id", call_id.value()}, {"content", std::move(content)}};
+  if (const json* name = given(item, "name"); name && name->is_string()) message["name"] = *name;
+  return message;
+}
+
 ApiResult<json> parse_input(const json& input) {
   if (input.is_string()) return json::array({{{"role", "user"}, {"content", input}}});
   if (!input.is_array()) {
-    return field_error("input", "'input' must be a string or an array of message items");
+    return field_error("input", "'input' must be a string or an array of input items");
   }
   if (input.empty()) return field_error("input", "'input' must not be empty");
   json messages = json::array();
   for (std::size_t i = 0; i < input.size(); ++i) {
-    auto m = parse_item(input[i], fmt::format("input[{}]", i));
-    if (!m.ok()) return m.error();
-    messages.push_back(std::move(m).value());
+    const json& item = input[i];
+    const std::string where = fmt::format("input[{}]", i);
+    if (!item.is_object()) {
+      return field_error("input", fmt::format("'{}' must be an object", where));
+    }
+    std::string type = "message";
+    if (auto t = item.find("type"); t != item.end() && !t->is_null()) {
+      if (!t->is_string())
+        return field_error("input", fmt::format("'{}.type' must be a string", where));
+      type = t->get<std::string>();
+    }
+    if (type == "message") {
+      auto m = parse_message(item, where);
+      if (!m.ok()) return m.error();
+      messages.push_back(std::move(m).value());
+    } else if (type == "function_call") {
+      auto call = parse_function_call(item, where);
+      if (!call.ok()) return call.error();
+      // One assistant turn: the calls made together, after its text if any.
+      if (messages.empty() || messages.back()["role"] != "assistant") {
+        messages.push_back({{"role", "assistant"}, {"content", ""}});
+      }
+      messages.back()["tool_calls"].push_back(std::move(call).value());
+    } else if (type == "function_call_output") {
+      auto m = parse_function_call_output(item, where);
+      if (!m.ok()) return m.error();
+      messages.push_back(std::move(m).value());
+    } else {
+      return field_error("input", fmt::format("'{}.type' '{}' is not supported by vpod (only "
+                                              "message, function_call and function_call_output "
+                                              "items)",
+                                              where, type));
+    }
   }
   return messages;
 }
 
-const json* given(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
+// tools: the function tools in chat's shape; `echo` gets them in the
+// Responses shape. Another tool type is a 400 naming it.
+ApiResult<json> parse_tools(const json& tools, nlohmann::json& echo) {
+  if (!tools.is_array()) return field_error("tools", "'tools' must be an array");
+  json chat_tools = json::array();
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const json& tool = tools[i];
+    const std::string where = fmt::format("tools[{}]", i);
+    if (!tool.is_object() || !tool.contains("type") || !tool["type"].is_string()) {
+      return field_error("tools",
+                         fmt::format("'{}' must be an object with a string 'type'", where));
+    }
+    const std::string type = tool["type"].get<std::string>();
+    if (type != "function") {
+      return not_supported("tools",
+                           fmt::format("'{}.type' is '{}'; only 'function' tools", where, type));
+    }
+    const json* name = given(tool, "name");
+    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      return field_error("tools", fmt::format("'{}.name' must be a non-empty string", where));
+    }
+    json function = {{"name", *name}};
+    nlohmann::json echoed = {{"type", "function"}, {"name", *name}};
+    for (const char* key : {"description", "parameters", "strict"}) {
+      const json* v = given(tool, key);
+      if (v) function[key] = *v;
+      echoed[key] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+    }
+    // description, parameters and strict are checked in the chat shape
+    // (tool_request.h); parse_responses_request renames its errors.
+    chat_tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+    echo.push_back(std::move(echoed));
+  }
+  return chat_tools;
+}
+
+// tool_choice in chat's shape; `echo` gets the Responses one.
+ApiResult<json> parse_tool_choice(const json& choice, nlohmann::json& echo) {
+  if (choice.is_string()) {
+    if (choice != "none" && choice != "auto" && choice != "required") {
+      return field_error("tool_choice",
+                         fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                     "{{\"type\": \"function\", \"name\"}}, got \"{}\"",
+                                     choice.get<std::string>()));
+    }
+    echo = nlohmann::json(choice);
+    return choice;
+  }
+  if (!choice.is_object()) {
+    return field_error("tool_choice", "'tool_choice' must be a string or an object");
+  }
+  const json* type = given(choice, "type");
+  if (!type || !type->is_string()) {
+    return field_error("tool_choice", "'tool_choice.type' must be a string");
+  }
+  if (*type != "function") {
+    return not_supported("tool_choice", fmt::format("type '{}'; only {{\"type\": \"function\", "
+                                                    "\"name\"}}",
+                                                    type->get<std::string>()));
+  }
+  const json* name = given(choice, "name");
+  if (!name || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+    return field_error("tool_choice", "'tool_choice.name' must be a non-empty string");
+  }
+  echo = {{"type", "function"}, {"name", nlohmann::json(*name)}};
+  return json{{"type", "function"}, {"function", {{"name", *name}}}};
 }
 
 ApiResult<std::optional<std::string>> optional_string(const json& body, const char* name) {
@@ -127,12 +289,8 @@ ApiResult<std::optional<std::string>> optional_string(const json& body, const ch
 // The features vpod does not implement: a 400 naming the field when one is
 // asked for, and silence when it is given at its neutral value.
 std::optional<ApiError> check_unsupported(const json& body) {
-  if (const json* tools = given(body, "tools"); tools && !(tools->is_array() && tools->empty())) {
-    return not_supported("tools", "no tool calling yet");
-  }
-  if (const json* choice = given(body, "tool_choice");
-      choice && *choice != "none" && *choice != "auto") {
-    return not_supported("tool_choice", "no tool calling yet");
+  if (given(body, "max_tool_calls")) {
+    return not_supported("max_tool_calls", "use parallel_tool_calls: false for one call");
   }
   if (const json* text = given(body, "text")) {
     if (!text->is_object()) return field_error("text", "'text' must be an object");
@@ -214,10 +372,32 @@ ApiResult<ResponsesRequest> parse_responses_request(std::string_view body,
   for (const char* name : kChatFields) {
     if (auto it = j.find(name); it != j.end()) chat[name] = *it;
   }
+  if (const json* tools = given(j, "tools")) {
+    auto chat_tools = parse_tools(*tools, r.tools_echo);
+    if (!chat_tools.ok()) return chat_tools.error();
+    chat["tools"] = std::move(chat_tools).value();
+  }
+  if (const json* choice = given(j, "tool_choice")) {
+    auto chat_choice = parse_tool_choice(*choice, r.tool_choice_echo);
+    if (!chat_choice.ok()) return chat_choice.error();
+    chat["tool_choice"] = std::move(chat_choice).value();
+  }
   chat["messages"] = std::move(messages).value();
   if (r.max_output_tokens) chat["max_tokens"] = *r.max_output_tokens;
   auto chat_request = parse_chat_request(chat.dump(), limits);
-  if (!chat_request.ok()) return chat_request.error();
+  if (!chat_request.ok()) {
+    // The chat path names the messages, and the tools in its nested shape;
+    // here they are the input, and flat tools.
+    ApiError e = chat_request.error();
+    if (e.param == "messages") e.param = "input";
+    if (e.param.rfind("tools[", 0) == 0) {
+      e.param = "tools";
+      for (std::size_t at; (at = e.message.find(".function.")) != std::string::npos;) {
+        e.message.replace(at, 10, ".");
+      }
+    }
+    return e;
+  }
   r.chat = std::move(chat_request).value();
   return r;
 }

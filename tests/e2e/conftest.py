@@ -7,8 +7,14 @@ VPOD_E2E_URL runs the suites that need only a URL against a server already
 running there instead (e.g. `make run MODEL=DIR` on the GPU machine), with
 VPOD_E2E_MODEL its served model name and VPOD_E2E_MAX_MODEL_LEN its
 --max-model-len.
+
+LiteLLM runs in its own virtual env (scripts/install-deps.sh makes it in
+$VPOD_DEPS_CACHE/venv-litellm, by default ${XDG_CACHE_HOME:-~/.cache}/vpod;
+ctest sets VPOD_DEPS_CACHE to the build's): litellm_call() runs one call
+there.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -28,6 +34,11 @@ MODEL_NAME = os.environ.get("VPOD_E2E_MODEL", "tiny")
 MAX_MODEL_LEN = int(os.environ.get("VPOD_E2E_MAX_MODEL_LEN", "512"))
 MAX_BODY = 1 << 20  # --max-request-body 1MiB
 STARTUP_TIMEOUT_S = 120
+DEPS_CACHE = pathlib.Path(
+    os.environ.get("VPOD_DEPS_CACHE")
+    or pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "vpod")
+LITELLM_PYTHON = DEPS_CACHE / "venv-litellm" / "bin" / "python"
+LITELLM_TIMEOUT_S = 300
 
 
 class Server:
@@ -118,6 +129,24 @@ def metrics(url):
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(own.items()))
             samples[s.name + (f"{{{labels}}}" if labels else "")] = s.value
     return samples
+
+
+def litellm_call(function, **kwargs):
+    """litellm.<function>(**kwargs) in LiteLLM's virtual env: the result as a
+    dict (model_dump). Skips, saying why, when the env is absent; a call that
+    raises fails the test with LiteLLM's error."""
+    if not LITELLM_PYTHON.exists():
+        pytest.skip(f"LiteLLM's virtual env is absent ({LITELLM_PYTHON}); "
+                    "scripts/install-deps.sh makes it")
+    proc = subprocess.run(
+        [str(LITELLM_PYTHON), str(pathlib.Path(__file__).with_name("litellm_call.py")),
+         json.dumps({"function": function, "kwargs": kwargs})],
+        capture_output=True, text=True, timeout=LITELLM_TIMEOUT_S)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"litellm_call.py printed nothing (exit {proc.returncode}): {proc.stderr[-4000:]}"
+    result = json.loads(lines[-1])
+    assert proc.returncode == 0 and "litellm_error" not in result, (result, proc.stderr[-4000:])
+    return result
 
 
 def wait_for(predicate, timeout_s, interval_s=0.05):

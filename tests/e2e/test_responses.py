@@ -1,13 +1,23 @@
 """POST /v1/responses (OpenAI's Responses API) against `vpod serve`, through
-the official openai client (and LiteLLM's `litellm.responses` when LiteLLM is
-installed): whole and streamed responses, instructions, previous_response_id
-chaining, GET/DELETE of stored responses, and the 400s and 404s."""
+the official openai client and LiteLLM's `litellm.responses` (in LiteLLM's own
+virtual env, conftest.litellm_call): whole and streamed responses,
+instructions, previous_response_id chaining, GET/DELETE of stored responses,
+function tools (named, required and auto calls, streamed and not, round trips
+through previous_response_id and through explicit input items), and the 400s
+and 404s.
+
+The tool tests steer the tiny random model as test_tools_grammar.py does:
+the grammar of a required or named tool_choice decides what may be written,
+logit_bias (+100 on the tokens the calls need) what is."""
+
+import json
 
 import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME
+from conftest import MAX_MODEL_LEN, MODEL_NAME, Server, litellm_call
+from test_tools_grammar import STEER_STRINGS, TEMPLATES, check_arguments
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +175,9 @@ def test_unknown_previous_response_id_is_404(client, url):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("tools", [{"type": "function", "name": "f", "parameters": {"type": "object"}}]),
-    ("tool_choice", "required"),
+    ("tools", [{"type": "web_search"}]),
+    ("tool_choice", {"type": "file_search"}),
+    ("max_tool_calls", 2),
     ("text", {"format": {"type": "json_object"}}),
     ("reasoning", {"effort": "low"}),
     ("include", ["message.output_text.logprobs"]),
@@ -197,16 +208,15 @@ def test_bad_input_is_400(client):
 
 
 def test_litellm_responses(url):
-    try:
-        import litellm
-    except ImportError:
-        pytest.skip("LiteLLM is not installed in this environment: litellm.responses untested")
-    r = litellm.responses(model="openai/" + MODEL_NAME, input="The capital of France is",
-                          api_base=url + "/v1", api_key="unused", max_output_tokens=4,
-                          temperature=0)
-    assert r.status in ("completed", "incomplete")
-    assert r.usage.output_tokens <= 4
-    text = "".join(c.text for item in r.output if item.type == "message" for c in item.content)
+    # LiteLLM raises max_output_tokens to OpenAI's minimum, 16.
+    r = litellm_call("responses", model="openai/" + MODEL_NAME,
+                     input="The capital of France is", api_base=url + "/v1", api_key="unused",
+                     max_output_tokens=16, temperature=0)
+    assert r["status"] in ("completed", "incomplete")
+    assert r["max_output_tokens"] == 16
+    assert 0 < r["usage"]["output_tokens"] <= 16
+    text = "".join(c["text"] for item in r["output"] if item["type"] == "message"
+                   for c in item["content"])
     assert text
 
 
@@ -220,3 +230,265 @@ def test_store_bound_evicts_oldest(new_server):
         assert create(c, input="more", previous_response_id=kept, max_output_tokens=2,
                       store=False).previous_response_id == kept
     assert s.stop() == 0
+
+
+# --- Function tools -------------------------------------------------------
+
+# The Responses API's flat function tools (chat's nest them under "function").
+# Enum-valued arguments keep the constrained JSON short.
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
+           "parameters": {"type": "object",
+                          "properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo"]},
+                                         "unit": {"type": "string", "enum": ["c", "f"]}},
+                          "required": ["city"], "additionalProperties": False}}
+CLOCK = {"type": "function", "name": "get_time", "description": "Local time in a time zone",
+         "parameters": {"type": "object",
+                        "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}},
+                        "required": ["tz"], "additionalProperties": False}}
+TOOLS = [WEATHER, CLOCK]
+CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
+              for t in TOOLS]
+ASK = "What is the weather in Paris?"
+MAX_TOOL_TOKENS = 160
+LLAMA3_CALL_REGEX = r'\{"name": "get_weather", "parameters": \{"city": "(Paris|Tokyo)"\}\}'
+
+
+@pytest.fixture(scope="module")
+def tool_server(model_dir, tmp_path_factory):
+    """Llama 3.1-style tool template (one call per assistant turn), auto
+    parsing with llama3_json."""
+    s = Server(model_dir, tmp_path_factory.mktemp("responses_tools") / "serve.log",
+               "--chat-template", str(TEMPLATES / "llama31_style_tools.jinja"),
+               "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture(scope="module")
+def tool_client(tool_server):
+    return openai.OpenAI(base_url=tool_server.url + "/v1", api_key="unused", timeout=300,
+                         max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def steer(tool_server):
+    bias = {}
+    for text in STEER_STRINGS:
+        r = httpx.post(tool_server.url + "/tokenize",
+                       json={"model": MODEL_NAME, "prompt": text, "add_special_tokens": False},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        for t in r.json()["tokens"]:
+            bias[str(t)] = 100
+    return bias
+
+
+def tool_create(client, steer=None, **kwargs):
+    kwargs.setdefault("model", MODEL_NAME)
+    kwargs.setdefault("input", ASK)
+    kwargs.setdefault("tools", TOOLS)
+    kwargs.setdefault("temperature", 0)
+    kwargs.setdefault("max_output_tokens", MAX_TOOL_TOKENS)
+    if steer is not None:
+        kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "logit_bias": steer}
+    return client.responses.create(**kwargs)
+
+
+def calls_of(response):
+    return [item for item in response.output if item.type == "function_call"]
+
+
+def check_call_item(item):
+    assert item.type == "function_call" and item.status == "completed"
+    assert item.id.startswith("fc_") and item.call_id.startswith("call_")
+    check_arguments(item.name, item.arguments)
+
+
+def streamed(client, steer=None, **kwargs):
+    """(events, final response) of a streamed request, with the function-call
+    events checked against each other and the final output."""
+    events = list(tool_create(client, steer, stream=True, **kwargs))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response
+    added = {e.output_index: e.item for e in events if e.type == "response.output_item.added"}
+    done = {e.output_index: e.item for e in events if e.type == "response.output_item.done"}
+    assert sorted(added) == sorted(done) == list(range(len(final.output)))
+    for index, item in added.items():
+        assert item.type == final.output[index].type and item.id == final.output[index].id
+        if item.type != "function_call":
+            continue
+        assert item.arguments == "" and item.status == "in_progress"
+        deltas = [e for e in events if e.type == "response.function_call_arguments.delta"
+                  and e.output_index == index]
+        assert deltas and all(e.item_id == item.id for e in deltas)
+        (args_done,) = [e for e in events if e.type == "response.function_call_arguments.done"
+                        and e.output_index == index]
+        assert "".join(e.delta for e in deltas) == args_done.arguments
+        assert done[index].arguments == args_done.arguments == final.output[index].arguments
+        assert done[index].call_id == item.call_id == final.output[index].call_id
+    return events, final
+
+
+def without_ids(response):
+    return [{k: v for k, v in item.model_dump().items() if k not in ("id", "call_id")}
+            for item in response.output]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_choice(tool_client, steer, stream):
+    choice = {"type": "function", "name": "get_time"}
+    if stream:
+        _, r = streamed(tool_client, steer, tool_choice=choice)
+    else:
+        r = tool_create(tool_client, steer, tool_choice=choice)
+    assert r.status == "completed"
+    assert [item.type for item in r.output] == ["function_call"]
+    assert r.output[0].name == "get_time"
+    check_call_item(r.output[0])
+    assert r.output_text == ""
+    # The request's tools and choice echoed in the Responses shape.
+    assert [t.name for t in r.tools] == ["get_weather", "get_time"]
+    assert r.tools[0].type == "function" and r.tools[0].parameters == WEATHER["parameters"]
+    assert r.tool_choice.type == "function" and r.tool_choice.name == "get_time"
+    assert r.parallel_tool_calls is True
+
+
+def test_required_streams_what_it_answers(tool_client, steer):
+    kwargs = dict(tool_choice="required", parallel_tool_calls=False)
+    whole = tool_create(tool_client, steer, **kwargs)
+    events, final = streamed(tool_client, steer, **kwargs)
+    assert whole.tool_choice == "required" and whole.parallel_tool_calls is False
+    assert len(calls_of(whole)) == 1
+    check_call_item(calls_of(whole)[0])
+    assert without_ids(final) == without_ids(whole)
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    types = [e.type for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-1] == "response.completed"
+    assert "response.function_call_arguments.done" in types
+
+
+def test_stream_helper_accumulates_calls(tool_client, steer):
+    with tool_client.responses.stream(model=MODEL_NAME, input=ASK, tools=TOOLS,
+                                      tool_choice="required", parallel_tool_calls=False,
+                                      temperature=0, max_output_tokens=MAX_TOOL_TOKENS,
+                                      extra_body={"logit_bias": steer}) as stream:
+        arguments = "".join(e.delta for e in stream
+                            if e.type == "response.function_call_arguments.delta")
+        final = stream.get_final_response()
+    (call,) = calls_of(final)
+    check_call_item(call)
+    assert call.arguments == arguments
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_auto_parses_llama3_json(tool_client, stream):
+    """A regex makes the text a Llama 3 JSON call; auto parses it."""
+    kwargs = dict(extra_body={"structured_outputs": {"regex": LLAMA3_CALL_REGEX}})
+    r = streamed(tool_client, **kwargs)[1] if stream else tool_create(tool_client, **kwargs)
+    assert r.tool_choice == "auto"
+    assert [item.type for item in r.output] == ["function_call"]
+    assert r.output[0].name == "get_weather"
+    check_call_item(r.output[0])
+
+
+def test_auto_without_a_call_is_a_message(tool_client):
+    r = tool_create(tool_client, max_output_tokens=6, extra_body={"ignore_eos": True})
+    assert r.status == "incomplete"
+    assert [item.type for item in r.output] == ["message"]
+    assert r.output_text
+
+
+def chat_messages_after_call(call, output):
+    return [{"role": "user", "content": ASK},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": call.call_id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}]},
+            {"role": "tool", "tool_call_id": call.call_id, "content": output}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_round_trip(tool_client, tool_server, steer, stream):
+    """A call made, run, and its output sent back (through previous_response_id,
+    and as explicit input items); the model answers with text, and the prompt
+    holds the call and its output as the chat template renders them."""
+    first = tool_create(tool_client, steer, tool_choice="required", parallel_tool_calls=False)
+    (call,) = calls_of(first)
+    output_item = {"type": "function_call_output", "call_id": call.call_id,
+                   "output": "18 C, sunny"}
+    answer_kwargs = dict(tool_choice="none", max_output_tokens=8,
+                         extra_body={"ignore_eos": True})
+    if stream:
+        _, chained = streamed(tool_client, previous_response_id=first.id, input=[output_item],
+                              **answer_kwargs)
+    else:
+        chained = tool_create(tool_client, previous_response_id=first.id, input=[output_item],
+                              **answer_kwargs)
+    assert chained.status == "incomplete" and chained.previous_response_id == first.id
+    assert [item.type for item in chained.output] == ["message"] and chained.output_text
+    # The same conversation as explicit items: the user turn, the response's
+    # output items as returned, and the call's output.
+    items = [{"role": "user", "content": ASK}]
+    items += [item.model_dump(exclude_none=True) for item in first.output]
+    items.append(output_item)
+    explicit = tool_create(tool_client, input=items, **answer_kwargs)
+    assert explicit.usage.input_tokens == chained.usage.input_tokens
+    assert explicit.output_text == chained.output_text
+    # Both are the chat conversation with the call and the tool message.
+    r = httpx.post(tool_server.url + "/tokenize", timeout=30, json={
+        "model": MODEL_NAME, "tools": CHAT_TOOLS,
+        "messages": chat_messages_after_call(call, "18 C, sunny")})
+    assert r.status_code == 200, r.text
+    assert chained.usage.input_tokens == r.json()["count"]
+    assert chained.usage.input_tokens > first.usage.input_tokens
+    # The stored chain goes on: the answer's text follows.
+    third = tool_create(tool_client, previous_response_id=chained.id, input="Thanks.",
+                        tool_choice="none", max_output_tokens=2)
+    r = httpx.post(tool_server.url + "/tokenize", timeout=30, json={
+        "model": MODEL_NAME, "tools": CHAT_TOOLS,
+        "messages": chat_messages_after_call(call, "18 C, sunny") + [
+            {"role": "assistant", "content": chained.output_text},
+            {"role": "user", "content": "Thanks."}]})
+    assert third.usage.input_tokens == r.json()["count"]
+
+
+def test_retrieve_keeps_the_call(tool_client, steer):
+    r = tool_create(tool_client, steer, tool_choice={"type": "function", "name": "get_weather"})
+    got = tool_client.responses.retrieve(r.id)
+    assert got.output[0].type == "function_call"
+    assert got.output[0].call_id == r.output[0].call_id
+    assert got.output[0].arguments == r.output[0].arguments
+
+
+def test_tool_400s(tool_client, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_create(tool_client, tools=[WEATHER, {"type": "web_search_preview"}])
+    assert e.value.body["param"] == "tools" and "web_search_preview" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_create(tool_client, tools=[{**WEATHER, "parameters": "x"}])
+    assert e.value.body["param"] == "tools"
+    assert "'tools[0].parameters'" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_create(tool_client, tool_choice={"type": "function", "name": "nope"})
+    assert e.value.body["param"] == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_create(tool_client, input=[{"type": "function_call", "call_id": "c",
+                                         "name": "get_weather", "arguments": "{oops"}])
+    assert e.value.body["param"] == "input" and "input[0].arguments" in e.value.body["message"]
+    # auto (tools without tool_choice) needs the server's parser flags.
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_create(client)
+    assert e.value.body["param"] == "tools"
+    assert "--enable-auto-tool-choice" in e.value.body["message"]
+
+
+def test_litellm_responses_with_tools(tool_server, steer):
+    r = litellm_call("responses", model="openai/" + MODEL_NAME, input=ASK, tools=TOOLS,
+                     tool_choice="required", parallel_tool_calls=False,
+                     api_base=tool_server.url + "/v1", api_key="unused",
+                     max_output_tokens=MAX_TOOL_TOKENS, temperature=0,
+                     extra_body={"logit_bias": steer})
+    assert r["status"] == "completed"
+    calls = [item for item in r["output"] if item["type"] == "function_call"]
+    assert len(calls) == 1 and calls[0]["call_id"].startswith("call_")
+    check_arguments(calls[0]["name"], calls[0]["arguments"])

@@ -2,8 +2,8 @@
 (`vpod serve`, CPU, the tiny model): tool_choice required and named (the
 schemas vLLM builds), auto parsing of text that a response format or a regex
 makes a call (llama3_json, hermes), Qwen3 reasoning, round trips that send the
-calls and their results back in, streamed and not, through openai-python (and
-LiteLLM when it is installed).
+calls and their results back in, streamed and not, through openai-python and
+LiteLLM (in its own virtual env, conftest.litellm_call).
 
 JSON lets whitespace go between tokens, and the random weights happen to
 prefer whitespace tokens, so a constrained JSON answer would be blank to
@@ -20,7 +20,7 @@ import openai
 import pydantic
 import pytest
 
-from conftest import MODEL_NAME, REPO, Server
+from conftest import MODEL_NAME, REPO, Server, litellm_call
 
 TEMPLATES = REPO / "tests" / "tokenizer" / "data" / "chat" / "templates"
 
@@ -264,14 +264,11 @@ def test_openai_parse_with_pydantic_tool(llama_server, steer):
 
 
 def test_litellm_tool_calling(llama_server, steer):
-    litellm = pytest.importorskip(
-        "litellm", reason="litellm is not installed: litellm 1.110 needs botocore 1.44, which "
-        "conflicts with the awscli pinned on this machine, so it is not in "
-        "tools/requirements-test.txt")
-    r = litellm.completion(
-        model="hosted_vllm/" + MODEL_NAME, api_base=llama_server.url + "/v1", api_key="unused",
-        messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
-        max_tokens=MAX_TOKENS, temperature=0, logit_bias=steer)
-    calls = r.choices[0].message.tool_calls
-    assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
-    check_arguments(calls[0].function.name, calls[0].function.arguments)
+    r = litellm_call(
+        "completion", model="hosted_vllm/" + MODEL_NAME, api_base=llama_server.url + "/v1",
+        api_key="unused", messages=ASK, tools=TOOLS, tool_choice="required",
+        parallel_tool_calls=False, max_tokens=MAX_TOKENS, temperature=0, logit_bias=steer)
+    choice = r["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and len(calls) == 1
+    check_arguments(calls[0]["function"]["name"], calls[0]["function"]["arguments"])

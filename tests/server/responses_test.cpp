@@ -96,14 +96,146 @@ void expect_400(const json& body, const std::string& param) {
 }
 
 TEST(ResponsesRequest, UnsupportedFeaturesAreA400NamingTheField) {
-  expect_400({{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}}}}}, "tools");
-  expect_400({{"input", "x"}, {"tool_choice", "required"}}, "tool_choice");
+  expect_400({{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools");
+  expect_400({{"input", "x"}, {"tool_choice", "required"}}, "tool_choice");  // needs tools
+  expect_400({{"input", "x"}, {"max_tool_calls", 2}}, "max_tool_calls");
   expect_400({{"input", "x"}, {"text", {{"format", {{"type", "json_object"}}}}}}, "text.format");
   expect_400({{"input", "x"}, {"reasoning", {{"effort", "low"}}}}, "reasoning");
   expect_400({{"input", "x"}, {"include", {"message.output_text.logprobs"}}}, "include");
   expect_400({{"input", "x"}, {"truncation", "auto"}}, "truncation");
   expect_400({{"input", "x"}, {"background", true}}, "background");
   expect_400({{"input", "x"}, {"conversation", "conv_1"}}, "conversation");
+}
+
+const json kWeather = {{"type", "function"},
+                       {"name", "get_weather"},
+                       {"description", "Weather in a city"},
+                       {"parameters",
+                        {{"type", "object"},
+                         {"properties", {{"city", {{"type", "string"}}}}},
+                         {"required", {"city"}}}}};
+
+TEST(ResponsesRequest, FunctionToolsBecomeChatTools) {
+  auto r = parse({{"input", "Weather?"},
+                  {"tools", {kWeather, {{"type", "function"}, {"name", "noop"}, {"strict", true}}}},
+                  {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}},
+                  {"parallel_tool_calls", false}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const ToolRequest& tools = r->chat.tools;
+  EXPECT_EQ(tools.choice, ToolChoice::named);
+  EXPECT_EQ(tools.function_name, "get_weather");
+  EXPECT_FALSE(tools.parallel_tool_calls);
+  ASSERT_EQ(tools.tools.size(), 2u);
+  // Chat's nested shape, which the chat template is given.
+  EXPECT_EQ(json(tools.tools[0]), json({{"type", "function"},
+                                        {"function",
+                                         {{"name", "get_weather"},
+                                          {"description", "Weather in a city"},
+                                          {"parameters", kWeather["parameters"]}}}}));
+  EXPECT_EQ(json(tools.tools[1]),
+            json({{"type", "function"}, {"function", {{"name", "noop"}, {"strict", true}}}}));
+  EXPECT_EQ(r->chat.chat_template.tools, tools.tools);
+  // The Responses shape echoed, absent fields null.
+  EXPECT_EQ(r->tools_echo[0], json({{"type", "function"},
+                                    {"name", "get_weather"},
+                                    {"description", "Weather in a city"},
+                                    {"parameters", kWeather["parameters"]},
+                                    {"strict", nullptr}}));
+  EXPECT_EQ(r->tools_echo[1]["description"], nullptr);
+  EXPECT_EQ(r->tool_choice_echo, json({{"type", "function"}, {"name", "get_weather"}}));
+
+  auto automatic = parse({{"input", "x"}, {"tools", {kWeather}}});
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->chat.tools.choice, ToolChoice::automatic);  // tools imply auto
+  EXPECT_EQ(automatic->tool_choice_echo, "auto");
+  auto required = parse({{"input", "x"}, {"tools", {kWeather}}, {"tool_choice", "required"}});
+  ASSERT_TRUE(required.ok());
+  EXPECT_EQ(required->chat.tools.choice, ToolChoice::required);
+  EXPECT_EQ(required->tool_choice_echo, "required");
+  EXPECT_TRUE(required->chat.tools.parallel_tool_calls);
+}
+
+TEST(ResponsesRequest, FunctionCallItemsBecomeToolCallsAndToolMessages) {
+  auto r = parse({{"input",
+                   {{{"role", "user"}, {"content", "Weather in Paris and Tokyo?"}},
+                    {{"type", "message"},
+                     {"role", "assistant"},
+                     {"content", {{{"type", "output_text"}, {"text", "Checking."}}}}},
+                    {{"type", "function_call"},
+                     {"id", "fc_1"},
+                     {"call_id", "call_a"},
+                     {"name", "get_weather"},
+                     {"arguments", R"({"city": "Paris"})"},
+                     {"status", "completed"}},
+                    {{"type", "function_call"},
+                     {"call_id", "call_b"},
+                     {"name", "get_weather"},
+                     {"arguments", R"({"city": "Tokyo"})"}},
+                    {{"type", "function_call_output"}, {"call_id", "call_a"}, {"output", "18 C"}},
+                    {{"type", "function_call_output"},
+                     {"call_id", "call_b"},
+                     {"output", {{{"type", "input_text"}, {"text", "25 C"}}}}},
+                    {{"type", "function_call"},
+                     {"call_id", "call_c"},
+                     {"name", "noop"},
+                     {"arguments", "{}"}}}},
+                  {"tools", {kWeather, {{"type", "function"}, {"name", "noop"}}}},
+                  {"tool_choice", "none"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  // One assistant turn holds the text and both calls; the arguments are
+  // parsed for the template, as chat messages' are.
+  EXPECT_EQ(
+      r->chat.messages.dump(),
+      R"([{"role":"user","content":"Weather in Paris and Tokyo?"},)"
+      R"({"role":"assistant","content":[{"type":"text","text":"Checking."}],"tool_calls":[)"
+      R"({"id":"call_a","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}},)"
+      R"({"id":"call_b","type":"function","function":{"name":"get_weather","arguments":{"city":"Tokyo"}}}]},)"
+      R"({"role":"tool","content":"18 C","tool_call_id":"call_a"},)"
+      R"({"role":"tool","content":[{"type":"text","text":"25 C"}],"tool_call_id":"call_b"},)"
+      R"({"role":"assistant","content":"","tool_calls":[)"
+      R"({"id":"call_c","type":"function","function":{"name":"noop","arguments":{}}}]}])");
+  EXPECT_EQ(r->chat.tools.choice, ToolChoice::none);
+}
+
+TEST(ResponsesRequest, BadToolsAndItemsAreA400NamingTheField) {
+  const json call = {
+      {"type", "function_call"}, {"call_id", "c"}, {"name", "f"}, {"arguments", "{}"}};
+  expect_400({{"input", "x"}, {"tools", kWeather}}, "tools");  // not an array
+  expect_400({{"input", "x"}, {"tools", {{{"name", "f"}}}}}, "tools");
+  expect_400({{"input", "x"}, {"tools", {{{"type", "function"}}}}}, "tools");
+  expect_400(
+      {{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", 1}}}}},
+      "tools");
+  expect_400({{"input", "x"}, {"tools", {kWeather}}, {"tool_choice", "always"}}, "tool_choice");
+  expect_400({{"input", "x"}, {"tools", {kWeather}}, {"tool_choice", {{"type", "file_search"}}}},
+             "tool_choice");
+  expect_400({{"input", "x"}, {"tools", {kWeather}}, {"tool_choice", {{"type", "function"}}}},
+             "tool_choice");
+  expect_400({{"input", "x"},
+              {"tools", {kWeather}},
+              {"tool_choice", {{"type", "function"}, {"name", "g"}}}},
+             "tool_choice");
+  expect_400({{"input", "x"}, {"tools", {kWeather}}, {"parallel_tool_calls", "no"}},
+             "parallel_tool_calls");
+  for (const char* field : {"call_id", "name", "arguments"}) {
+    json item = call;
+    item.erase(field);
+    expect_400({{"input", {item}}}, "input");
+  }
+  json broken = call;
+  broken["arguments"] = R"({"a": )";
+  expect_400({{"input", {broken}}}, "input");
+  expect_400({{"input", {{{"type", "function_call_output"}, {"call_id", "c"}}}}}, "input");
+  expect_400({{"input",
+               {{{"type", "function_call_output"},
+                 {"call_id", "c"},
+                 {"output", {{{"type", "input_image"}}}}}}}},
+             "input");
+  expect_400({{"input", {{{"type", "reasoning"}, {"summary", json::array()}}}}}, "input");
+  // Nesting past the chat path's limit inside the arguments: named as input.
+  json deep = call;
+  deep["arguments"] = std::string(100, '[') + std::string(100, ']');
+  expect_400({{"input", {deep}}}, "input");
 }
 
 TEST(ResponsesRequest, BadInputIsA400) {
@@ -152,7 +284,16 @@ TEST(ResponsesRequestFuzz, RandomBodiesGiveValidErrors) {
                                          "input_text",
                                          "output_text",
                                          "message",
-                                         "model"};
+                                         "model",
+                                         "function",
+                                         "function_call",
+                                         "function_call_output",
+                                         "call_id",
+                                         "name",
+                                         "arguments",
+                                         "output",
+                                         "parameters",
+                                         "parallel_tool_calls"};
   std::function<json(int)> random_value = [&](int depth) -> json {
     switch (rng() % (depth > 3 ? 6 : 8)) {
       case 0: return nullptr;
@@ -365,6 +506,189 @@ TEST(ResponsesBuilder, StreamEndsWithIncompleteOrFailed) {
     EXPECT_EQ(b.error()->http_status, 500);
     EXPECT_EQ(store.size(), 0u);  // a failed response is not continued
   }
+}
+
+ResponsesOptions tool_options(
+    bool stream, ResponseStore* store, chat_output::ToolMode mode,
+    chat_output::ToolParserKind parser = chat_output::ToolParserKind::none) {
+  ResponsesOptions o = options(stream, store);
+  o.tool_output.tools = mode;
+  o.tool_output.parser = parser;
+  o.tool_output.function_name = "get_weather";  // ToolMode::named
+  return o;
+}
+
+// Feeds `text` in pieces of `piece` bytes, the last finished with `reason`;
+// returns what add() gave.
+std::string feed(ResponsesBuilder& b, const std::string& text, std::size_t piece,
+                 engine::FinishReason reason = engine::FinishReason::stop) {
+  std::string out;
+  for (std::size_t at = 0; at < text.size(); at += piece) {
+    const bool last = at + piece >= text.size();
+    auto d = delta(text.substr(at, piece), static_cast<int>(at / piece) + 1, last,
+                   last ? reason : engine::FinishReason::none);
+    out += b.add(0, d);
+  }
+  return out;
+}
+
+bool starts_with(const json& v, std::string_view prefix) {
+  return v.is_string() && v.get<std::string>().rfind(prefix, 0) == 0;
+}
+
+TEST(ResponsesBuilder, RequiredCallIsAFunctionCallItemAndStored) {
+  ResponseStore store;
+  ResponsesBuilder b(tool_options(false, &store, chat_output::ToolMode::required));
+  EXPECT_EQ(feed(b, R"([{"name": "get_weather", "parameters": {"city": "Paris"}}])", 7), "");
+  ASSERT_TRUE(b.all_finished());
+  const json r = b.response();
+  EXPECT_EQ(r["status"], "completed");
+  ASSERT_EQ(r["output"].size(), 1u) << r["output"];
+  const json& call = r["output"][0];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_TRUE(starts_with(call["id"], "fc_")) << call;
+  EXPECT_TRUE(starts_with(call["call_id"], "call_")) << call;
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(call["arguments"], R"({"city": "Paris"})");
+  EXPECT_EQ(call["status"], "completed");
+  // The conversation goes on with the call as chat's assistant tool_calls,
+  // its arguments parsed for the template.
+  auto stored = store.find("resp_1");
+  ASSERT_NE(stored, nullptr);
+  EXPECT_EQ(json(stored->conversation),
+            json::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"",
+                "tool_calls":[{"id":")" +
+                        call["call_id"].get<std::string>() +
+                        R"(","type":"function","function":{"name":"get_weather",
+                "arguments":{"city":"Paris"}}}]}])"));
+}
+
+TEST(ResponsesBuilder, NamedCallAndNothingGenerated) {
+  ResponsesBuilder named(tool_options(false, nullptr, chat_output::ToolMode::named));
+  feed(named, R"({"city": "Tokyo"})", 4);
+  const json r = named.response();
+  ASSERT_EQ(r["output"].size(), 1u);
+  EXPECT_EQ(r["output"][0]["name"], "get_weather");
+  EXPECT_EQ(r["output"][0]["arguments"], R"({"city": "Tokyo"})");
+
+  // No text at all: one empty message item, as without tools.
+  ResponsesBuilder empty(tool_options(true, nullptr, chat_output::ToolMode::required));
+  auto d = delta("", 0, true, engine::FinishReason::stop);
+  const auto events = events_of(empty.add(0, d));
+  std::vector<std::string> types;
+  for (const auto& e : events) types.push_back(e.first);
+  EXPECT_EQ(types,
+            (std::vector<std::string>{"response.created", "response.in_progress",
+                                      "response.output_item.added", "response.content_part.added",
+                                      "response.output_text.done", "response.content_part.done",
+                                      "response.output_item.done", "response.completed"}));
+  const json& output = events.back().second["response"]["output"];
+  ASSERT_EQ(output.size(), 1u);
+  EXPECT_EQ(output[0]["type"], "message");
+  EXPECT_EQ(output[0]["content"][0]["text"], "");
+}
+
+// Text then a Hermes call, streamed in pieces: OpenAI's events per item, and
+// the same output as the whole response.
+TEST(ResponsesBuilder, StreamedTextAndCallMatchTheWholeResponse) {
+  const std::string text =
+      "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  for (std::size_t piece : {1, 3, 8, 200}) {
+    ResponseStore store;
+    ResponsesBuilder streamed(tool_options(true, &store, chat_output::ToolMode::parse,
+                                           chat_output::ToolParserKind::hermes));
+    const auto events = events_of(feed(streamed, text, piece));
+    ResponsesBuilder whole(tool_options(false, nullptr, chat_output::ToolMode::parse,
+                                        chat_output::ToolParserKind::hermes));
+    feed(whole, text, piece);
+
+    std::vector<std::string> types;
+    std::string text_deltas, argument_deltas;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const auto& [type, data] = events[i];
+      EXPECT_EQ(data["sequence_number"], i);
+      // Collapse runs of deltas to one entry for the order check.
+      const bool delta_event =
+          type == "response.output_text.delta" || type == "response.function_call_arguments.delta";
+      if (!delta_event || types.empty() || types.back() != type) types.push_back(type);
+      if (type == "response.output_text.delta") {
+        EXPECT_EQ(data["output_index"], 0);
+        EXPECT_EQ(data["item_id"], "msg_1");
+        text_deltas += data["delta"].get<std::string>();
+      }
+      if (type == "response.function_call_arguments.delta") {
+        EXPECT_EQ(data["output_index"], 1);
+        argument_deltas += data["delta"].get<std::string>();
+      }
+    }
+    EXPECT_EQ(types, (std::vector<std::string>{
+                         "response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added", "response.output_text.delta",
+                         "response.output_item.added", "response.function_call_arguments.delta",
+                         "response.output_text.done", "response.content_part.done",
+                         "response.output_item.done", "response.function_call_arguments.done",
+                         "response.output_item.done", "response.completed"}))
+        << "piece " << piece;
+    EXPECT_EQ(text_deltas, "Sure.");
+    EXPECT_EQ(argument_deltas, R"({"city": "Paris"})");
+    // The call's item: announced with empty arguments, closed with them.
+    const json* added = nullptr;
+    for (const auto& [type, data] : events) {
+      if (type == "response.output_item.added" && data["output_index"] == 1) added = &data;
+    }
+    ASSERT_NE(added, nullptr);
+    EXPECT_EQ((*added)["item"]["type"], "function_call");
+    EXPECT_EQ((*added)["item"]["arguments"], "");
+    EXPECT_EQ((*added)["item"]["status"], "in_progress");
+    EXPECT_EQ((*added)["item"]["name"], "get_weather");
+    const json& args_done = events[events.size() - 3].second;
+    EXPECT_EQ(args_done["arguments"], R"({"city": "Paris"})");
+    EXPECT_EQ(args_done["item_id"], (*added)["item"]["id"]);
+
+    const json final_output = events.back().second["response"]["output"];
+    json whole_output = whole.response()["output"];
+    ASSERT_EQ(final_output.size(), 2u);
+    ASSERT_EQ(whole_output.size(), 2u);
+    EXPECT_EQ(final_output[0]["content"][0]["text"], "Sure.");
+    // Equal but for the fresh ids of the call.
+    json a = final_output, w = whole_output;
+    for (json* o : {&a, &w}) {
+      (*o)[1].erase("id");
+      (*o)[1].erase("call_id");
+    }
+    EXPECT_EQ(a, w) << "piece " << piece;
+    // Stored: one assistant turn with the text and the call.
+    auto stored = store.find("resp_1");
+    ASSERT_NE(stored, nullptr);
+    const auto& turn = stored->conversation.back();
+    EXPECT_EQ(turn["content"], "Sure.");
+    EXPECT_EQ(turn["tool_calls"][0]["id"], final_output[1]["call_id"]);
+    EXPECT_EQ(turn["tool_calls"][0]["function"]["arguments"], json({{"city", "Paris"}}));
+  }
+}
+
+TEST(ResponsesBuilder, BrokenCallIsTextWhenWholeAndIncompleteWhenCut) {
+  const std::string text = "<tool_call>\n{\"name\": \"get_weather\", \"argu";
+  ResponsesBuilder whole(tool_options(false, nullptr, chat_output::ToolMode::parse,
+                                      chat_output::ToolParserKind::hermes));
+  feed(whole, text, 5, engine::FinishReason::length);
+  const json r = whole.response();
+  EXPECT_EQ(r["status"], "incomplete");
+  ASSERT_EQ(r["output"].size(), 1u);
+  EXPECT_EQ(r["output"][0]["type"], "message");
+  EXPECT_EQ(r["output"][0]["status"], "incomplete");
+  EXPECT_EQ(r["output"][0]["content"][0]["text"], text);
+
+  // Streamed, what went out stays; the item the limit cut is incomplete.
+  ResponsesBuilder streamed(tool_options(true, nullptr, chat_output::ToolMode::required));
+  const auto events = events_of(feed(streamed, R"([{"name": "get_weather", "parameters": {"ci)", 4,
+                                     engine::FinishReason::length));
+  EXPECT_EQ(events.back().first, "response.incomplete");
+  const json& output = events.back().second["response"]["output"];
+  ASSERT_EQ(output.size(), 1u);
+  EXPECT_EQ(output[0]["type"], "function_call");
+  EXPECT_EQ(output[0]["status"], "incomplete");
 }
 
 StoredResponse entry(const std::string& id, std::size_t bytes) {
