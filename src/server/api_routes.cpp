@@ -417,6 +417,7 @@ RouteOutcome ApiRoutes::responses(const std::string& body, ServingBackend& backe
       {"user", r.user ? json(*r.user) : json(nullptr)},
       {"tools", r.tools_echo},
       {"tool_choice", r.tool_choice_echo},
+      {"text", {{"format", r.text_format_echo}}},
       {"parallel_tool_calls", chat.tools.parallel_tool_calls},
   };
   options.conversation = std::move(conversation);

@@ -294,10 +294,8 @@ std::optional<ApiError> check_unsupported(const json& body) {
   }
   if (const json* text = given(body, "text")) {
     if (!text->is_object()) return field_error("text", "'text' must be an object");
-    if (const json* format = given(*text, "format")) {
-      if (!format->is_object() || format->value("type", json()) != "text") {
-        return not_supported("text.format", "only {\"type\": \"text\"}");
-      }
+    if (const json* verbosity = given(*text, "verbosity"); verbosity && *verbosity != "medium") {
+      return not_supported("text.verbosity", "only \"medium\"");
     }
   }
   if (given(body, "reasoning")) return not_supported("reasoning", "no reasoning models");
@@ -319,6 +317,35 @@ std::optional<ApiError> check_unsupported(const json& body) {
   }
   if (given(body, "top_logprobs")) return not_supported("top_logprobs", "no logprobs yet");
   return std::nullopt;
+}
+
+// text.format (structured output) -> chat's response_format, whose parser
+// validates it: {type: "text" | "json_object"} as they are;
+// {type: "json_schema", name, schema, description?, strict?} nests under
+// "json_schema". `echo` gets the format as the response object shows it.
+ApiResult<json> parse_text_format(const json& text, nlohmann::json& echo) {
+  const json* format = given(text, "format");
+  if (format == nullptr) return json(nullptr);
+  if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string()) {
+    return field_error("text.format", "'text.format' must be an object with a string 'type'");
+  }
+  const std::string type = (*format)["type"].get<std::string>();
+  if (type == "text" || type == "json_object") {
+    echo = nlohmann::json{{"type", type}};
+    return json{{"type", type}};
+  }
+  if (type != "json_schema") {
+    return field_error("text.format", fmt::format("'text.format.type' must be one of text, "
+                                                  "json_object, json_schema (got '{}')",
+                                                  type));
+  }
+  json nested = json::object();
+  for (const char* name : {"name", "schema", "description", "strict"}) {
+    if (auto it = format->find(name); it != format->end()) nested[name] = *it;
+  }
+  echo = nlohmann::json(*format);
+  if (!echo.contains("strict")) echo["strict"] = false;
+  return json{{"type", "json_schema"}, {"json_schema", std::move(nested)}};
 }
 
 }  // namespace
@@ -382,6 +409,17 @@ ApiResult<ResponsesRequest> parse_responses_request(std::string_view body,
     if (!chat_choice.ok()) return chat_choice.error();
     chat["tool_choice"] = std::move(chat_choice).value();
   }
+  if (const json* text = given(j, "text")) {
+    auto format = parse_text_format(*text, r.text_format_echo);
+    if (!format.ok()) return format.error();
+    if (!format.value().is_null()) {
+      if (given(j, "response_format") || given(j, "structured_outputs")) {
+        return field_error("text.format",
+                           "give 'text.format' or vpod's 'structured_outputs', not both");
+      }
+      chat["response_format"] = std::move(format).value();
+    }
+  }
   chat["messages"] = std::move(messages).value();
   if (r.max_output_tokens) chat["max_tokens"] = *r.max_output_tokens;
   auto chat_request = parse_chat_request(chat.dump(), limits);
@@ -390,6 +428,15 @@ ApiResult<ResponsesRequest> parse_responses_request(std::string_view body,
     // here they are the input, and flat tools.
     ApiError e = chat_request.error();
     if (e.param == "messages") e.param = "input";
+    // response_format is text.format here, with json_schema's fields flat.
+    if (e.param.rfind("response_format", 0) == 0) {
+      e.param = "text.format";
+      for (const char* from : {"response_format.json_schema.", "response_format."}) {
+        for (std::size_t at; (at = e.message.find(from)) != std::string::npos;) {
+          e.message.replace(at, std::string_view(from).size(), "text.format.");
+        }
+      }
+    }
     if (e.param.rfind("tools[", 0) == 0) {
       e.param = "tools";
       for (std::size_t at; (at = e.message.find(".function.")) != std::string::npos;) {

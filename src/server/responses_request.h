@@ -17,13 +17,16 @@
 //     -> chat's [{type: "function", function: {name, ...}}]
 //   tool_choice: "none" | "auto" | "required" | {type: "function", name}
 //     -> chat's, the named one as {type: "function", function: {name}}
+//   text.format: {type: "text" | "json_object"} | {type: "json_schema",
+//     name, schema, description?, strict?}
+//     -> chat's response_format (structured output), json_schema nested
 //
-// Sampling and tool fields are then validated by parse_chat_request (same
-// rules, same generation-config defaults, tool_request.h). Fields that would
-// change the meaning of the answer and that vpod does not implement (tools
-// other than functions, text.format other than text, reasoning, include,
-// truncation "auto", background, ...) are a 400 naming the field, never
-// silently ignored.
+// Sampling, tool and format fields are then validated by parse_chat_request
+// (same rules, same generation-config defaults, tool_request.h,
+// structured_output_parse.h). Fields that would change the meaning of the
+// answer and that vpod does not implement (tools other than functions,
+// reasoning, include, truncation "auto", background, text.verbosity other
+// than "medium", ...) are a 400 naming the field, never silently ignored.
 #pragma once
 
 #include <optional>
@@ -54,6 +57,8 @@ struct ResponsesRequest {
   // {type: "function", name}. The chat shapes are in chat.tools.
   nlohmann::json tools_echo = nlohmann::json::array();
   nlohmann::json tool_choice_echo = "auto";
+  // text.format as the response object echoes it ({type: "text"} unless given).
+  nlohmann::json text_format_echo = {{"type", "text"}};
 };
 
 ApiResult<ResponsesRequest> parse_responses_request(std::string_view body,

@@ -3,8 +3,9 @@ the official openai client and LiteLLM's `litellm.responses` (in LiteLLM's own
 virtual env, conftest.litellm_call): whole and streamed responses,
 instructions, previous_response_id chaining, GET/DELETE of stored responses,
 function tools (named, required and auto calls, streamed and not, round trips
-through previous_response_id and through explicit input items), and the 400s
-and 404s.
+through previous_response_id and through explicit input items), structured
+output through text.format (responses.parse with a Pydantic model,
+json_object streamed), and the 400s and 404s.
 
 The tool tests steer the tiny random model as test_tools_grammar.py does:
 the grammar of a required or named tool_choice decides what may be written,
@@ -17,6 +18,7 @@ import openai
 import pytest
 
 from conftest import MAX_MODEL_LEN, MODEL_NAME, Server, litellm_call
+from test_structured_output import STEER, Weather
 from test_tools_grammar import STEER_STRINGS, TEMPLATES, check_arguments
 
 
@@ -178,7 +180,7 @@ def test_unknown_previous_response_id_is_404(client, url):
     ("tools", [{"type": "web_search"}]),
     ("tool_choice", {"type": "file_search"}),
     ("max_tool_calls", 2),
-    ("text", {"format": {"type": "json_object"}}),
+    ("text", {"verbosity": "low"}),
     ("reasoning", {"effort": "low"}),
     ("include", ["message.output_text.logprobs"]),
     ("truncation", "auto"),
@@ -187,9 +189,47 @@ def test_unknown_previous_response_id_is_404(client, url):
 def test_unsupported_fields_are_400(client, field, value):
     with pytest.raises(openai.BadRequestError) as e:
         create(client, max_output_tokens=2, extra_body={field: value})
-    param = "text.format" if field == "text" else field
+    param = "text.verbosity" if field == "text" else field
     assert e.value.body["param"] == param
     assert param in e.value.body["message"]
+
+
+def test_text_format_pydantic_parse(client):
+    """openai-python's responses.parse: text.format json_schema (strict), the
+    output parsed into the model; the random model steered as in
+    test_structured_output.py (same prompt, seed and schema as its chat test)."""
+    r = client.responses.parse(model=MODEL_NAME, input="Reply in JSON.", text_format=Weather,
+                               max_output_tokens=300, extra_body={"seed": 3, "logit_bias": STEER})
+    assert r.status == "completed", r.output_text
+    assert isinstance(r.output_parsed, Weather)
+    assert Weather.model_validate_json(r.output_text) == r.output_parsed
+    assert r.text.format.type == "json_schema"
+    assert r.text.format.name == "Weather"
+    # The same request through chat gives the same text.
+    chat = client.chat.completions.parse(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Reply in JSON."}],
+        response_format=Weather, max_tokens=300, seed=3, logit_bias=STEER)
+    assert chat.choices[0].message.content == r.output_text
+
+
+def test_text_format_json_object_streamed(client):
+    with client.responses.stream(model=MODEL_NAME, input="Reply in JSON.",
+                                 text={"format": {"type": "json_object"}}, max_output_tokens=300,
+                                 extra_body={"seed": 4, "logit_bias": STEER}) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert final.status == "completed"
+    assert "".join(deltas) == final.output_text
+    assert isinstance(json.loads(final.output_text), dict)
+    assert final.text.format.type == "json_object"
+
+
+def test_text_format_errors_are_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        create(client, max_output_tokens=2,
+               text={"format": {"type": "json_schema", "name": "x",
+                                "schema": {"type": "array", "contains": {}}}})
+    assert "contains" in e.value.body["message"]
 
 
 def test_bad_input_is_400(client):

@@ -99,7 +99,7 @@ TEST(ResponsesRequest, UnsupportedFeaturesAreA400NamingTheField) {
   expect_400({{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools");
   expect_400({{"input", "x"}, {"tool_choice", "required"}}, "tool_choice");  // needs tools
   expect_400({{"input", "x"}, {"max_tool_calls", 2}}, "max_tool_calls");
-  expect_400({{"input", "x"}, {"text", {{"format", {{"type", "json_object"}}}}}}, "text.format");
+  expect_400({{"input", "x"}, {"text", {{"verbosity", "low"}}}}, "text.verbosity");
   expect_400({{"input", "x"}, {"reasoning", {{"effort", "low"}}}}, "reasoning");
   expect_400({{"input", "x"}, {"include", {"message.output_text.logprobs"}}}, "include");
   expect_400({{"input", "x"}, {"truncation", "auto"}}, "truncation");
@@ -114,6 +114,43 @@ const json kWeather = {{"type", "function"},
                         {{"type", "object"},
                          {"properties", {{"city", {{"type", "string"}}}}},
                          {"required", {"city"}}}}};
+
+// text.format is chat's response_format: the same constraint, json_schema's
+// fields flat; its errors name text.format.
+TEST(ResponsesRequest, TextFormatIsStructuredOutput) {
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  auto r = parse({{"input", "x"},
+                  {"text",
+                   {{"format",
+                     {{"type", "json_schema"}, {"name", "thing"}, {"schema", schema},
+                      {"strict", true}}}}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r.value().chat.constraint.kind, grammar::ConstraintKind::json_schema);
+  EXPECT_EQ(json::parse(r.value().chat.constraint.spec), schema);
+  EXPECT_TRUE(r.value().chat.constraint.strict);
+  EXPECT_EQ(r.value().text_format_echo["name"], "thing");
+  EXPECT_EQ(r.value().text_format_echo["schema"], schema);
+
+  auto object = parse({{"input", "x"}, {"text", {{"format", {{"type", "json_object"}}}}}});
+  ASSERT_TRUE(object.ok()) << object.error().message;
+  EXPECT_EQ(object.value().chat.constraint.kind, grammar::ConstraintKind::json_object);
+  EXPECT_EQ(object.value().text_format_echo, json({{"type", "json_object"}}));
+
+  auto plain = parse({{"input", "x"}, {"text", {{"format", {{"type", "text"}}}}}});
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_FALSE(plain.value().chat.constraint.active());
+  EXPECT_EQ(plain.value().text_format_echo, json({{"type", "text"}}));
+
+  expect_400({{"input", "x"}, {"text", {{"format", {{"type", "xml"}}}}}}, "text.format");
+  expect_400({{"input", "x"}, {"text", {{"format", "json"}}}}, "text.format");
+  // No schema; a schema xgrammar cannot honour is the handler's 400 (compile).
+  expect_400({{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}, {"name", "n"}}}}}},
+             "text.format");
+  expect_400({{"input", "x"},
+              {"text", {{"format", {{"type", "json_object"}}}}},
+              {"structured_outputs", {{"regex", "a+"}}}},
+             "text.format");
+}
 
 TEST(ResponsesRequest, FunctionToolsBecomeChatTools) {
   auto r = parse({{"input", "Weather?"},
