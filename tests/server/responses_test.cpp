@@ -119,11 +119,11 @@ const json kWeather = {{"type", "function"},
 // fields flat; its errors name text.format.
 TEST(ResponsesRequest, TextFormatIsStructuredOutput) {
   const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
-  auto r = parse({{"input", "x"},
-                  {"text",
-                   {{"format",
-                     {{"type", "json_schema"}, {"name", "thing"}, {"schema", schema},
-                      {"strict", true}}}}}});
+  auto r = parse(
+      {{"input", "x"},
+       {"text",
+        {{"format",
+          {{"type", "json_schema"}, {"name", "thing"}, {"schema", schema}, {"strict", true}}}}}});
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r.value().chat.constraint.kind, grammar::ConstraintKind::json_schema);
   EXPECT_EQ(json::parse(r.value().chat.constraint.spec), schema);
