@@ -106,6 +106,8 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
       ->capture_default_str();
   add_parsed(cmd, "--kv-cache", o.kv_cache, engine::parse_kv_cache_kind, "vattn or paged")
       ->default_str(std::string(engine::kv_cache_kind_name(o.kv_cache)));
+  cmd.add_option("--block-size", o.block_size,
+                 "Tokens per KV block of --kv-cache paged: 1, 16, 32 or 64 (default 16)");
   add_parsed(cmd, "--kv-layout", o.kv_layout, kvcache::parse_kv_layout,
              "all-layers or per-layer (vattn)")
       ->default_str(std::string(kvcache::kv_layout_name(o.kv_layout)));

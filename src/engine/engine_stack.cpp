@@ -37,7 +37,7 @@ constexpr std::size_t kHostKvPageBytes = std::size_t{64} << 10;
 constexpr std::int64_t kCpuKvTokensPerSeq = 2048;
 constexpr std::size_t kCpuKvMaxBytes = std::size_t{8} << 30;
 // The paged baseline's block size (vLLM's default).
-constexpr int kPagedBlockTokens = 16;
+constexpr int kPagedBlockTokens = 16;  // the paged baseline's default block (vLLM's)
 // How far the background mapper maps ahead of each step's needs.
 constexpr std::int64_t kKvLookaheadTokens = 16;
 
@@ -269,17 +269,17 @@ Result<std::unique_ptr<kvcache::KvStore>> EngineStack::make_kv_store(const Stack
   const kvcache::KvShape shape = kv_shape();
   VPOD_ASSIGN_OR_RETURN(const std::uint64_t salt, model_prefix_salt(o.model_dir, shape.dtype));
   if (o.kv_cache == KvCacheKind::paged) {
+    const int block_size = o.block_size.value_or(kPagedBlockTokens);
     VPOD_ASSIGN_OR_RETURN(auto paged,
                           kvcache::PagedKvCache::create({.shape = shape,
-                                                         .block_size = kPagedBlockTokens,
+                                                         .block_size = block_size,
                                                          .max_slots = o.max_num_seqs,
                                                          .max_ctx = max_model_len,
                                                          .memory_bytes = kv_bytes_,
                                                          .device = device_,
                                                          .prefix_caching = o.prefix_caching,
                                                          .prefix_salt = salt}));
-    *note = fmt::format("paged, {}-token blocks, {} tokens", kPagedBlockTokens,
-                        paged->capacity_tokens());
+    *note = fmt::format("paged, {}-token blocks, {} tokens", block_size, paged->capacity_tokens());
     return std::unique_ptr<kvcache::KvStore>(std::move(paged));
   }
   std::shared_ptr<kvcache::VmmProvider> provider;
@@ -339,6 +339,17 @@ Status EngineStack::build_kv_and_runner(const StackOptions& o, int max_model_len
 Result<std::unique_ptr<EngineStack>> EngineStack::build(const StackOptions& o) {
   if (o.max_num_seqs < 1 || o.max_num_batched_tokens < 1) {
     return invalid_argument("--max-num-seqs and --max-num-batched-tokens must be >= 1");
+  }
+  if (o.block_size) {
+    if (o.kv_cache != KvCacheKind::paged) {
+      return invalid_argument(
+          "--block-size applies to --kv-cache paged: vAttention's KV cache is contiguous per "
+          "request and has no blocks");
+    }
+    if (*o.block_size != 1 && *o.block_size != 16 && *o.block_size != 32 && *o.block_size != 64) {
+      return invalid_argument(
+          fmt::format("--block-size must be 1, 16, 32 or 64, got {}", *o.block_size));
+    }
   }
   if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");

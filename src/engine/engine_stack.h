@@ -92,6 +92,10 @@ struct StackOptions {
   int max_num_batched_tokens = 2048;
 
   KvCacheKind kv_cache = KvCacheKind::vattn;
+  // --block-size (vLLM's flag): tokens per block of the paged baseline, 1,
+  // 16, 32 or 64 (FlashInfer's page size; default 16). vAttention has no
+  // blocks (its prefix blocks are its physical pages), so there it is refused.
+  std::optional<int> block_size;
   kvcache::KvLayout kv_layout = kvcache::KvLayout::all_layers;
   // vattn: pre-map the next admitted request's first chunk while steps run
   // (KvCacheConfig::eager_allocation); off for comparison.

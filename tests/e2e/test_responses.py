@@ -17,9 +17,9 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME, Server, litellm_call
+from conftest import MAX_MODEL_LEN, MODEL_NAME, litellm_call
 from test_structured_output import STEER, Weather
-from test_tools_grammar import STEER_STRINGS, TEMPLATES, check_arguments
+from test_tools_grammar import check_arguments, start_llama31_tools, steer_bias
 
 
 @pytest.fixture(scope="module")
@@ -297,9 +297,7 @@ LLAMA3_CALL_REGEX = r'\{"name": "get_weather", "parameters": \{"city": "(Paris|T
 def tool_server(model_dir, tmp_path_factory):
     """Llama 3.1-style tool template (one call per assistant turn), auto
     parsing with llama3_json."""
-    s = Server(model_dir, tmp_path_factory.mktemp("responses_tools") / "serve.log",
-               "--chat-template", str(TEMPLATES / "llama31_style_tools.jinja"),
-               "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+    s = start_llama31_tools(model_dir, tmp_path_factory)
     yield s
     assert s.stop() == 0, s.log()
 
@@ -312,15 +310,7 @@ def tool_client(tool_server):
 
 @pytest.fixture(scope="module")
 def steer(tool_server):
-    bias = {}
-    for text in STEER_STRINGS:
-        r = httpx.post(tool_server.url + "/tokenize",
-                       json={"model": MODEL_NAME, "prompt": text, "add_special_tokens": False},
-                       timeout=60)
-        assert r.status_code == 200, r.text
-        for t in r.json()["tokens"]:
-            bias[str(t)] = 100
-    return bias
+    return steer_bias(tool_server.url)
 
 
 def tool_create(client, steer=None, **kwargs):

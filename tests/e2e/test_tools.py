@@ -7,15 +7,14 @@ tool results. A random model writes no calls by itself, so the tests that
 need calls force them with the grammar (required, named, or a response format
 that makes the text a call) - see test_tools_grammar.py."""
 
-import json
 
 import httpx
 import openai
 import pytest
 
-from conftest import MODEL_NAME, REPO, Server
+from conftest import MODEL_NAME
+from test_tools_grammar import start_llama31_tools
 
-TEMPLATES = REPO / "tests" / "tokenizer" / "data" / "chat" / "templates"
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -41,9 +40,7 @@ ROUND_TRIP = ASK + [
 @pytest.fixture(scope="module")
 def tool_server(model_dir, tmp_path_factory):
     """Llama-3.1-style template with tools, llama3_json parser, auto enabled."""
-    s = Server(model_dir, tmp_path_factory.mktemp("tools") / "serve.log",
-               "--chat-template", str(TEMPLATES / "llama31_style_tools.jinja"),
-               "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+    s = start_llama31_tools(model_dir, tmp_path_factory)
     yield s
     assert s.stop() == 0, s.log()
 

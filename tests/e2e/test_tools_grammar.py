@@ -53,11 +53,32 @@ def start(model_dir, tmp_path_factory, *args):
     return Server(model_dir, tmp_path_factory.mktemp("tools") / "serve.log", *args)
 
 
+def start_llama31_tools(model_dir, tmp_path_factory):
+    """A server with the Llama 3.1-style tool template (one call per assistant
+    turn) and auto parsing with llama3_json (also test_tools.py's and
+    test_responses.py's)."""
+    return start(model_dir, tmp_path_factory,
+                 "--chat-template", str(TEMPLATES / "llama31_style_tools.jinja"),
+                 "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+
+
+def steer_bias(url):
+    """logit_bias +100 on every token of STEER_STRINGS, as the server's
+    tokenizer splits them."""
+    bias = {}
+    for text in STEER_STRINGS:
+        r = httpx.post(url + "/tokenize",
+                       json={"model": MODEL_NAME, "prompt": text, "add_special_tokens": False},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        for t in r.json()["tokens"]:
+            bias[str(t)] = 100
+    return bias
+
+
 @pytest.fixture(scope="module")
 def llama_server(model_dir, tmp_path_factory):
-    s = start(model_dir, tmp_path_factory,
-              "--chat-template", str(TEMPLATES / "llama31_style_tools.jinja"),
-              "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+    s = start_llama31_tools(model_dir, tmp_path_factory)
     yield s
     assert s.stop() == 0, s.log()
 
@@ -74,15 +95,7 @@ def hermes_server(model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def steer(llama_server):
-    bias = {}
-    for text in STEER_STRINGS:
-        r = httpx.post(llama_server.url + "/tokenize",
-                       json={"model": MODEL_NAME, "prompt": text, "add_special_tokens": False},
-                       timeout=60)
-        assert r.status_code == 200, r.text
-        for t in r.json()["tokens"]:
-            bias[str(t)] = 100
-    return bias
+    return steer_bias(llama_server.url)
 
 
 def client_for(server):

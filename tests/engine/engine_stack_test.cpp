@@ -105,14 +105,19 @@ TEST_F(EngineStackTest, EveryKvModeServesTheSameGreedyTokens) {
     kvcache::KvLayout layout;
     bool async;
     const char* summary;
+    std::optional<int> block_size;
   };
   for (const Mode& m :
-       {Mode{KvCacheKind::vattn, kvcache::KvLayout::per_layer, false, "per-layer"},
-        Mode{KvCacheKind::paged, kvcache::KvLayout::all_layers, true, "paged, 16-token blocks"}}) {
+       {Mode{KvCacheKind::vattn, kvcache::KvLayout::per_layer, false, "per-layer", {}},
+        Mode{KvCacheKind::paged, kvcache::KvLayout::all_layers, true, "paged, 16-token blocks", {}},
+        Mode{KvCacheKind::paged, kvcache::KvLayout::all_layers, true, "paged, 1-token blocks", 1},
+        Mode{KvCacheKind::paged, kvcache::KvLayout::all_layers, false, "paged, 64-token blocks",
+             64}}) {
     StackOptions o = options();
     o.kv_cache = m.kv_cache;
     o.kv_layout = m.layout;
     o.async_scheduling = m.async;
+    o.block_size = m.block_size;
     o.kv_cache_memory_bytes = std::size_t{4} << 20;
     auto stack = EngineStack::build(o);
     ASSERT_TRUE(stack.ok()) << stack.status().to_string();
@@ -130,6 +135,26 @@ TEST_F(EngineStackTest, RefusesWhatTheBackendOrTheModelCannotDo) {
   EXPECT_NE(refused.status().message().find("--attention pod needs the CUDA backend"),
             std::string::npos)
       << refused.status().to_string();
+
+  // --block-size: the paged baseline's only, and FlashInfer's page sizes.
+  StackOptions vattn_blocks = options();
+  vattn_blocks.block_size = 16;
+  auto no_blocks = EngineStack::build(vattn_blocks);
+  ASSERT_FALSE(no_blocks.ok());
+  EXPECT_NE(no_blocks.status().message().find("--block-size applies to --kv-cache paged"),
+            std::string::npos)
+      << no_blocks.status().to_string();
+  for (int bad : {0, 8, 128, -16}) {
+    StackOptions paged = options();
+    paged.kv_cache = KvCacheKind::paged;
+    paged.block_size = bad;
+    auto refused_size = EngineStack::build(paged);
+    ASSERT_FALSE(refused_size.ok()) << bad;
+    EXPECT_EQ(refused_size.status().code(), StatusCode::invalid_argument);
+    EXPECT_NE(refused_size.status().message().find("--block-size must be 1, 16, 32 or 64"),
+              std::string::npos)
+        << refused_size.status().to_string();
+  }
 
   StackOptions no_seqs = options();
   no_seqs.max_num_seqs = 0;

@@ -15,13 +15,7 @@ archive=$(realpath "$1")
 out=${2:-/tmp/prefix}
 stages=${3:-identity}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-if [[ ! -x /work/main/build/vpod || "${REUNPACK:-1}" == 1 ]]; then
-  rm -rf "$repo/build" && tar -xzf "$archive" -C "$repo" || exit 1
-  if [[ "$repo" != /work/main ]]; then mkdir -p /work/main && rm -rf /work/main/build && ln -sfn "$repo/build" /work/main/build; fi
-fi
-build=/work/main/build
-export VPOD_FIXTURES=${VPOD_FIXTURES:-$repo/.carry/fixtures}
-vpod=$build/vpod
+source "$repo/tools/seam/unpack_build.sh" "$archive" "$repo"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 has() { [[ ",$stages," == *",$1,"* ]]; }

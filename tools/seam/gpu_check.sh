@@ -17,12 +17,8 @@ archive=$(realpath "$1")
 out=${2:-/tmp/seam}
 stages=${3:-tests,greedy,model,offline}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$repo/build" && tar -xzf "$archive" -C "$repo" || exit 1
-if [[ "$repo" != /work/main ]]; then mkdir -p /work/main && rm -rf /work/main/build && ln -sfn "$repo/build" /work/main/build; fi
-build=/work/main/build
+source "$repo/tools/seam/unpack_build.sh" "$archive" "$repo"
 echo "checkout at $repo"
-export VPOD_FIXTURES=${VPOD_FIXTURES:-$repo/.carry/fixtures}
-vpod=$build/vpod
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 has() { [[ ",$stages," == *",$1,"* ]]; }

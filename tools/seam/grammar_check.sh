@@ -9,11 +9,7 @@ archive=$(realpath "$1")
 out=${2:-/tmp/grammar}
 tests=${3:-}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$repo/build" && tar -xzf "$archive" -C "$repo" || exit 1
-if [[ "$repo" != /work/main ]]; then mkdir -p /work/main && rm -rf /work/main/build && ln -sfn "$repo/build" /work/main/build; fi
-build=/work/main/build
-export VPOD_FIXTURES=${VPOD_FIXTURES:-$repo/.carry/fixtures}
-vpod=$build/vpod
+source "$repo/tools/seam/unpack_build.sh" "$archive" "$repo"
 mkdir -p "$out"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; } | tee "$out/env.txt"
 if [[ -n $tests ]]; then
