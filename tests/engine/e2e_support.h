@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_decoder.h"
+#include "kvcache/host_vmm.h"
 #include "kvcache/kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -84,6 +85,20 @@ inline Status load_env(Env& env, const std::string& preset,
   VPOD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_file(env.dir));
   env.tok = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   return {};
+}
+
+// The CPU suites' environment: the tiny model on the CPU backend over the
+// host VMM provider (4 KiB pages, the OS page: 16 tokens of the tiny
+// model's fp32 K or V). Returns why the suite cannot run: "" when loaded, a
+// skip reason without fixtures, "loading ..." (a failure) otherwise.
+inline std::string load_cpu_tiny_env(Env& env) {
+  if (model::find_fixtures_dir().empty()) return "no tokenizer fixtures (set VPOD_FIXTURES)";
+  env.make_provider = []() -> Result<std::shared_ptr<kvcache::VmmProvider>> {
+    VPOD_ASSIGN_OR_RETURN(auto p, kvcache::HostVmmProvider::create(4096));
+    return std::shared_ptr<kvcache::VmmProvider>(std::move(p));
+  };
+  const Status loaded = load_env(env, "tiny", model::make_cpu_backend(2));
+  return loaded.ok() ? "" : "loading the tiny model failed: " + loaded.to_string();
 }
 
 // How the engine loop runs: pipelined (EngineConfig::async_scheduling) or

@@ -6,13 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "e2e_support.h"
-#include "kvcache/host_vmm.h"
 
 namespace vpod::engine::e2e {
 namespace {
-
-// 4 KiB pages (the OS page) hold 16 tokens of the tiny model's fp32 K (or V).
-constexpr std::size_t kHostPageBytes = 4096;
 
 Env* env = nullptr;
 std::string skip_reason;
@@ -21,16 +17,7 @@ class EndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     env = new Env;
-    if (model::find_fixtures_dir().empty()) {
-      skip_reason = "no tokenizer fixtures (set VPOD_FIXTURES)";
-      return;
-    }
-    env->make_provider = []() -> Result<std::shared_ptr<kvcache::VmmProvider>> {
-      VPOD_ASSIGN_OR_RETURN(auto p, kvcache::HostVmmProvider::create(kHostPageBytes));
-      return std::shared_ptr<kvcache::VmmProvider>(std::move(p));
-    };
-    const Status loaded = load_env(*env, "tiny", model::make_cpu_backend(2));
-    if (!loaded.ok()) skip_reason = "loading the tiny model failed: " + loaded.to_string();
+    skip_reason = load_cpu_tiny_env(*env);
   }
   static void TearDownTestSuite() {
     if (!env->dir.empty()) fs::remove_all(env->dir);

@@ -12,12 +12,9 @@
 
 #include "e2e_support.h"
 #include "grammar/grammar_compiler.h"
-#include "kvcache/host_vmm.h"
 
 namespace vpod::engine::e2e {
 namespace {
-
-constexpr std::size_t kHostPageBytes = 4096;
 
 Env* env = nullptr;
 std::string skip_reason;
@@ -26,19 +23,8 @@ class StructuredOutput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     env = new Env;
-    if (model::find_fixtures_dir().empty()) {
-      skip_reason = "no tokenizer fixtures (set VPOD_FIXTURES)";
-      return;
-    }
-    env->make_provider = []() -> Result<std::shared_ptr<kvcache::VmmProvider>> {
-      VPOD_ASSIGN_OR_RETURN(auto p, kvcache::HostVmmProvider::create(kHostPageBytes));
-      return std::shared_ptr<kvcache::VmmProvider>(std::move(p));
-    };
-    const Status loaded = load_env(*env, "tiny", model::make_cpu_backend(2));
-    if (!loaded.ok()) {
-      skip_reason = "loading the tiny model failed: " + loaded.to_string();
-      return;
-    }
+    skip_reason = load_cpu_tiny_env(*env);
+    if (!skip_reason.empty()) return;
     // The tokenizer outlives every engine of the suite.
     std::shared_ptr<const tokenizer::Tokenizer> tok(env->tok.get(),
                                                     [](const tokenizer::Tokenizer*) {});

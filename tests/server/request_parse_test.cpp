@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "random_json.h"
 #include "tokenizer/chat_template.h"
 
 namespace vpod::server {
@@ -543,66 +544,29 @@ TEST(TokenizeParse, PromptAndMessages) {
 // Random bodies, built and mutated: parsing never crashes and every failure
 // is a 400 with a message; every success honours the limits.
 TEST(RequestParseFuzz, RandomBodiesGiveValidErrors) {
-  std::mt19937_64 rng(1234);
   const RequestLimits l = limits();
-  const std::vector<std::string> keys = {"prompt",         "messages",
-                                         "max_tokens",     "temperature",
-                                         "top_p",          "n",
-                                         "stop",           "seed",
-                                         "echo",           "logprobs",
-                                         "top_logprobs",   "stream",
-                                         "stream_options", "top_k",
-                                         "min_p",          "repetition_penalty",
-                                         "min_tokens",     "stop_token_ids",
-                                         "ignore_eos",     "response_format",
-                                         "tools",          "max_completion_tokens",
-                                         "model",          "role",
-                                         "content",        "type",
-                                         "text",           "tokens"};
-  std::function<json(int)> random_value = [&](int depth) -> json {
-    switch (rng() % (depth > 3 ? 7 : 9)) {
-      case 0: return nullptr;
-      case 1: return (rng() % 2) == 0;
-      case 2: return static_cast<std::int64_t>(rng() % 4000) - 1000;
-      case 3: return std::uniform_real_distribution<double>(-5, 5)(rng);
-      case 4: {
-        static const char* pieces[] = {"a", "b", "\xc3\xa9", " ", "\xf0\x9f\x98\x80"};
-        std::string s;
-        for (int i = 0, k = rng() % 4; i < k; ++i) s += pieces[rng() % 5];
-        return s;
-      }
-      case 5: return keys[rng() % keys.size()];
-      case 6: return static_cast<std::uint64_t>(rng());
-      case 7: {
-        json a = json::array();
-        for (int i = 0, k = rng() % 4; i < k; ++i) a.push_back(random_value(depth + 1));
-        return a;
-      }
-      default: {
-        json o = json::object();
-        for (int i = 0, k = rng() % 5; i < k; ++i) {
-          o[keys[rng() % keys.size()]] = random_value(depth + 1);
-        }
-        return o;
-      }
-    }
-  };
+  testing::RandomJson gen(1234, {"prompt",         "messages",
+                                 "max_tokens",     "temperature",
+                                 "top_p",          "n",
+                                 "stop",           "seed",
+                                 "echo",           "logprobs",
+                                 "top_logprobs",   "stream",
+                                 "stream_options", "top_k",
+                                 "min_p",          "repetition_penalty",
+                                 "min_tokens",     "stop_token_ids",
+                                 "ignore_eos",     "response_format",
+                                 "tools",          "max_completion_tokens",
+                                 "model",          "role",
+                                 "content",        "type",
+                                 "text",           "tokens"});
   int accepted = 0;
   for (int iter = 0; iter < 5000; ++iter) {
     json body = json::object();
-    if (rng() % 2) body["prompt"] = random_value(1);
-    if (rng() % 2) body["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
-    for (int i = 0, k = rng() % 6; i < k; ++i) body[keys[rng() % keys.size()]] = random_value(1);
-    std::string text = body.dump();
-    // Byte-level mutations: flips, cuts, insertions of JSON punctuation.
-    for (int m = 0, k = rng() % 3; m < k && !text.empty(); ++m) {
-      const std::size_t pos = rng() % text.size();
-      switch (rng() % 3) {
-        case 0: text[pos] = static_cast<char>(rng() % 256); break;
-        case 1: text.resize(pos); break;
-        default: text.insert(pos, 1, "{}[],:\"\\"[rng() % 8]); break;
-      }
-    }
+    if (gen.rng()() % 2) body["prompt"] = gen.value();
+    if (gen.rng()() % 2) body["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+    for (int i = 0, k = static_cast<int>(gen.rng()() % 6); i < k; ++i)
+      body[gen.key()] = gen.value();
+    const std::string text = gen.mutate(body.dump());
     auto check = [&](const auto& r) {
       if (r.ok()) {
         ++accepted;

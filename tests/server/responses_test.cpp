@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "random_json.h"
 #include "server/response_store.h"
 #include "server/responses_json.h"
 #include "server/responses_request.h"
@@ -296,82 +297,47 @@ TEST(ResponsesRequest, BadInputIsA400) {
 // Random bodies, built and mutated: parsing never crashes, every failure is
 // a 400 with a message, and every success is a chat request within limits.
 TEST(ResponsesRequestFuzz, RandomBodiesGiveValidErrors) {
-  std::mt19937_64 rng(4321);
-  const std::vector<std::string> keys = {"input",
-                                         "instructions",
-                                         "max_output_tokens",
-                                         "temperature",
-                                         "top_p",
-                                         "stream",
-                                         "store",
-                                         "metadata",
-                                         "user",
-                                         "previous_response_id",
-                                         "tools",
-                                         "tool_choice",
-                                         "text",
-                                         "format",
-                                         "reasoning",
-                                         "include",
-                                         "truncation",
-                                         "background",
-                                         "role",
-                                         "content",
-                                         "type",
-                                         "input_text",
-                                         "output_text",
-                                         "message",
-                                         "model",
-                                         "function",
-                                         "function_call",
-                                         "function_call_output",
-                                         "call_id",
-                                         "name",
-                                         "arguments",
-                                         "output",
-                                         "parameters",
-                                         "parallel_tool_calls"};
-  std::function<json(int)> random_value = [&](int depth) -> json {
-    switch (rng() % (depth > 3 ? 6 : 8)) {
-      case 0: return nullptr;
-      case 1: return (rng() % 2) == 0;
-      case 2: return static_cast<std::int64_t>(rng() % 600) - 100;
-      case 3: return std::uniform_real_distribution<double>(-3, 3)(rng);
-      case 4: {
-        static const char* pieces[] = {"a", " ", "\xc3\xa9", "\xf0\x9f\x98\x80"};
-        std::string s;
-        for (int i = 0, k = rng() % 4; i < k; ++i) s += pieces[rng() % 4];
-        return s;
-      }
-      case 5: return keys[rng() % keys.size()];
-      case 6: {
-        json a = json::array();
-        for (int i = 0, k = rng() % 4; i < k; ++i) a.push_back(random_value(depth + 1));
-        return a;
-      }
-      default: {
-        json o = json::object();
-        for (int i = 0, k = rng() % 4; i < k; ++i) {
-          o[keys[rng() % keys.size()]] = random_value(depth + 1);
-        }
-        return o;
-      }
-    }
-  };
+  testing::RandomJson gen(4321, {"input",
+                                 "instructions",
+                                 "max_output_tokens",
+                                 "temperature",
+                                 "top_p",
+                                 "stream",
+                                 "store",
+                                 "metadata",
+                                 "user",
+                                 "previous_response_id",
+                                 "tools",
+                                 "tool_choice",
+                                 "text",
+                                 "format",
+                                 "reasoning",
+                                 "include",
+                                 "truncation",
+                                 "background",
+                                 "role",
+                                 "content",
+                                 "type",
+                                 "input_text",
+                                 "output_text",
+                                 "message",
+                                 "model",
+                                 "function",
+                                 "function_call",
+                                 "function_call_output",
+                                 "call_id",
+                                 "name",
+                                 "arguments",
+                                 "output",
+                                 "parameters",
+                                 "parallel_tool_calls"});
   int accepted = 0;
   for (int iter = 0; iter < 5000; ++iter) {
     json body = json::object();
-    if (rng() % 2) body["input"] = rng() % 2 ? json("hi") : random_value(1);
-    for (int i = 0, k = rng() % 5; i < k; ++i) body[keys[rng() % keys.size()]] = random_value(1);
-    std::string text = body.dump();
-    for (int m = 0, k = rng() % 3; m < k && !text.empty(); ++m) {
-      const std::size_t pos = rng() % text.size();
-      switch (rng() % 3) {
-        case 0: text[pos] = static_cast<char>(rng() % 256); break;
-        case 1: text.resize(pos); break;
-        default: text.insert(pos, 1, "{}[],:\"\\"[rng() % 8]); break;
-      }
-    }
+    if (gen.rng()() % 2) body["input"] = gen.rng()() % 2 ? json("hi") : gen.value();
+    for (int i = 0, k = static_cast<int>(gen.rng()() % 5); i < k; ++i)
+      body[gen.key()] = gen.value();
+    const std::string text = gen.mutate(body.dump());
     auto r = parse_responses_request(text, limits());
     if (!r.ok()) {
       EXPECT_EQ(r.error().http_status, 400) << text;
