@@ -23,7 +23,7 @@ namespace vpod::model::testing {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-inline const fs::path kDataDir = fs::path(__FILE__).parent_path() / "data";
+inline const fs::path kDataDir = fs::path(VPOD_TESTS_DIR) / "model" / "data";
 
 inline json load_goldens() {
   std::ifstream in(kDataDir / "goldens.json");
