@@ -498,10 +498,20 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     }
   }
 
-  // ---- paged (FlashInfer 0.7.2.post1's kernels): a shuffled pool of blocks
-  // per set, one block-table row per slot.
-  for (int block_size : {16, 256}) {
-    const std::string layout = fmt::format("paged{}", block_size);
+  // ---- paged (FlashInfer 0.7.2.post1's kernels): a pool of blocks per set,
+  // one block-table row per slot. pagedN: the blocks in a random order over
+  // the pool, as a serving cache's free list hands them out after churn;
+  // pagedN-sequential: each slot's blocks in order, as a fresh pool does
+  // (FlashInfer's own benchmarks use such arange page lists).
+  struct PagedLayout {
+    int block_size;
+    bool sequential;
+  };
+  for (const PagedLayout pl : {PagedLayout{16, false}, PagedLayout{256, false},
+                               PagedLayout{16, true}, PagedLayout{256, true}}) {
+    const int block_size = pl.block_size;
+    const std::string layout =
+        fmt::format("paged{}{}", block_size, pl.sequential ? "-sequential" : "");
     if (!wants(layout.c_str())) continue;
     if (const Status supported = attention::fi::paged_attention_supported(dims); !supported.ok()) {
       Row row;
@@ -513,7 +523,7 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     const int num_blocks = slots * blocks_per_slot;
     std::vector<std::int32_t> table(static_cast<std::size_t>(num_blocks));
     std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937_64(block_size));
+    if (!pl.sequential) std::shuffle(table.begin(), table.end(), std::mt19937_64(block_size));
     VPOD_ASSIGN_OR_RETURN(auto table_dev, cuda::DeviceBuffer::allocate(table.size() * 4));
     // On `stream` (non-blocking): a cudaMemcpy on the legacy stream may return
     // before its DMA lands, and the fill below raced with it (paged16 at 64 x
@@ -717,7 +727,9 @@ void add_attention_bench(CLI::App& bench) {
       "Attention kernels on Llama-3-8B shapes: validate, then time (ms, TFLOP/s, TB/s)");
   cmd->add_option("--json", args->json_path, "write every result as JSON to this file");
   cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
-  cmd->add_option("--layouts", args->layouts, "per_layer all_layers paged16 paged256")
+  cmd->add_option("--layouts", args->layouts,
+                  "per_layer all_layers paged16 paged256 (blocks shuffled over the pool), "
+                  "paged16-sequential paged256-sequential (each slot's blocks in order)")
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits,
