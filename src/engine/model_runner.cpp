@@ -89,9 +89,15 @@ Status ModelRunner::await_token_masks(const HybridBatch& batch,
     // A prefill's first token always waits (its row cannot rerun cheaply);
     // decode rows stop waiting once the GPU has nothing left to hide them under.
     if (defer_unready_masks_ && !waiting_prefill && model_.backend().idle()) {
+      // A job that finished since the count above has this step's mask;
+      // anything else sits the step out.
       for (std::size_t i = 0; i < samples.size(); ++i) {
         const grammar::GrammarState* g = samples[i].grammar;
-        if (g != nullptr && g->busy.load(std::memory_order_acquire)) mask_deferred_[i] = 1;
+        if (g == nullptr) continue;
+        const bool ready = !g->busy.load(std::memory_order_acquire) &&
+                           g->mask_for == static_cast<int>(samples[i].token_ids.size()) -
+                                              samples[i].num_prompt_tokens;
+        if (!ready) mask_deferred_[i] = 1;
       }
       return {};
     }

@@ -25,6 +25,10 @@ struct Constraint {
   // JSON Schema only: false allows what xgrammar's non-strict mode allows
   // (extra properties where the schema is silent); OpenAI's strict: true.
   bool strict = true;
+  // JSON (schema or object): whitespace allowed between tokens. vLLM's
+  // disable_any_whitespace sets it false: compact JSON, cheaper masks (a
+  // model stuck in whitespace cannot be), docs/structured_output.md.
+  bool any_whitespace = true;
 
   bool active() const { return kind != ConstraintKind::none; }
 };

@@ -9,12 +9,13 @@ GrammarCache::GrammarCache(std::size_t max_entries)
     : max_entries_(std::max<std::size_t>(max_entries, 1)) {}
 
 std::string GrammarCache::key_of(const Constraint& c) {
-  // kind and strict in a fixed-size prefix, then the spec verbatim: no two
-  // constraints share a key.
+  // kind, strict and whitespace in a fixed-size prefix, then the spec
+  // verbatim: no two constraints share a key.
   std::string key;
-  key.reserve(c.spec.size() + 2);
+  key.reserve(c.spec.size() + 3);
   key.push_back(static_cast<char>('0' + static_cast<int>(c.kind)));
   key.push_back(c.strict ? 's' : 'n');
+  key.push_back(c.any_whitespace ? 'w' : 'c');
   key += c.spec;
   return key;
 }

@@ -162,13 +162,14 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile_uncached
     const Constraint& c) {
   const std::string field(kind_field(c.kind));
   xgrammar::GrammarCompiler& xg = xgrammar_->compiler;
-  // Whitespace between JSON tokens is free (any_whitespace, vLLM's default).
-  constexpr bool kAnyWhitespace = true;
+  // Whitespace between JSON tokens is free (any_whitespace, vLLM's default)
+  // unless the request disables it.
+  const bool any_whitespace = c.any_whitespace;
   try {
     std::optional<xgrammar::CompiledGrammar> compiled;
     switch (c.kind) {
       case ConstraintKind::json_object:
-        compiled = xg.CompileJSONSchema(R"({"type": "object"})", kAnyWhitespace, std::nullopt,
+        compiled = xg.CompileJSONSchema(R"({"type": "object"})", any_whitespace, std::nullopt,
                                         std::nullopt, /*strict_mode=*/false);
         break;
       case ConstraintKind::json_schema: {
@@ -178,7 +179,7 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile_uncached
         if (Status s = check_schema_supported(schema); !s.ok())
           return invalid_argument("json_schema: " + s.message());
         compiled =
-            xg.CompileJSONSchema(c.spec, kAnyWhitespace, std::nullopt, std::nullopt, c.strict);
+            xg.CompileJSONSchema(c.spec, any_whitespace, std::nullopt, std::nullopt, c.strict);
         break;
       }
       case ConstraintKind::regex: compiled = xg.CompileRegex(c.spec); break;

@@ -133,6 +133,7 @@ ApiResult<std::optional<Constraint>> read_response_format(const json& v) {
 
 ApiResult<Constraint> parse_structured_output(const json& body) {
   std::vector<Found> found;
+  bool disable_any_whitespace = false;  // vLLM's structured_outputs.disable_any_whitespace
   auto add = [&](const std::string& field,
                  ApiResult<std::optional<Constraint>> c) -> std::optional<ApiError> {
     if (!c.ok()) return c.error();
@@ -164,12 +165,18 @@ ApiResult<Constraint> parse_structured_output(const json& body) {
       if (auto e = add(field, read_kind(k.kind, *v, field))) return *e;
     }
     // Options vpod's grammar engine does not offer: refused rather than ignored.
-    for (const char* option :
-         {"whitespace_pattern", "disable_any_whitespace", "disable_additional_properties"}) {
+    for (const char* option : {"whitespace_pattern", "disable_additional_properties"}) {
       const json* v = present(*so, option);
       if (v && !(v->is_boolean() && !v->get<bool>()))
         return bad_request(fmt::format("'structured_outputs.{}' is not supported by vpod", option),
                            std::string("structured_outputs.") + option);
+    }
+    if (const json* v = present(*so, "disable_any_whitespace")) {
+      if (!v->is_boolean()) {
+        return bad_request("'structured_outputs.disable_any_whitespace' must be a boolean",
+                           "structured_outputs.disable_any_whitespace");
+      }
+      disable_any_whitespace = v->get<bool>();
     }
   }
   // vLLM's older top-level spellings (still sent by many clients).
@@ -188,14 +195,31 @@ ApiResult<Constraint> parse_structured_output(const json& body) {
                        "guided_whitespace_pattern");
   // guided_decoding_backend is ignored (one backend, xgrammar), as vLLM now does.
 
-  if (found.empty()) return Constraint{};
+  if (found.empty()) {
+    if (disable_any_whitespace) {
+      return bad_request(
+          "'structured_outputs.disable_any_whitespace' needs a JSON constraint "
+          "(structured_outputs.json or json_object, response_format, guided_json)",
+          "structured_outputs.disable_any_whitespace");
+    }
+    return Constraint{};
+  }
   if (found.size() > 1) {
     return bad_request(fmt::format("only one structured output constraint may be given per "
                                    "request; got '{}' and '{}'",
                                    found[0].field, found[1].field),
                        found[1].field);
   }
-  return std::move(found[0].constraint);
+  Constraint c = std::move(found[0].constraint);
+  if (disable_any_whitespace) {
+    if (c.kind != ConstraintKind::json_schema && c.kind != ConstraintKind::json_object) {
+      return bad_request(
+          "'structured_outputs.disable_any_whitespace' applies to JSON constraints only",
+          "structured_outputs.disable_any_whitespace");
+    }
+    c.any_whitespace = false;
+  }
+  return c;
 }
 
 }  // namespace vpod::server

@@ -3,7 +3,8 @@
 // vLLM's structured_outputs {json, regex, choice, grammar, json_object,
 // structural_tag} and its older top-level guided_json, guided_regex,
 // guided_choice, guided_grammar and structural_tag, all turned into one
-// grammar::Constraint. Shape errors and more than one constraint are a 400
+// grammar::Constraint; structured_outputs.disable_any_whitespace (vLLM's)
+// makes a JSON constraint compact. Shape errors and more than one constraint are a 400
 // naming the field; whether the spec compiles is the engine's check (also a
 // 400, at submission).
 #pragma once

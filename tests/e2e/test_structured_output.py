@@ -198,6 +198,39 @@ SCHEMA = {"type": "object",
           "required": ["id", "label", "tags"], "additionalProperties": False}
 
 
+def whitespace_outside_strings(text):
+    """The whitespace of a JSON text outside its strings, as (offset, char,
+    the char before it)."""
+    found, in_string, escaped = [], False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in " \t\n\r":
+            found.append((i, ch, text[i - 1] if i else ""))
+    return found
+
+
+@pytest.mark.parametrize("constraint", [{"json_object": True}, {"json": SCHEMA}])
+def test_disable_any_whitespace_is_compact(client, constraint):
+    """vLLM's disable_any_whitespace: outside strings, only the one space
+    xgrammar's compact separators put after ',' and ':'."""
+    r = client.completions.create(
+        model=MODEL_NAME, prompt=PROMPT, max_tokens=MAX_TOKENS, seed=5, logit_bias=STEER,
+        extra_body={"structured_outputs": {**constraint, "disable_any_whitespace": True}})
+    text = r.choices[0].text
+    assert r.choices[0].finish_reason == "stop", text
+    assert isinstance(json.loads(text), dict)
+    for i, ch, before in whitespace_outside_strings(text):
+        assert ch == " " and before in ",:", (i, text)
+
+
 def test_streaming_n_logprobs_seed(client):
     kwargs = dict(model=MODEL_NAME, prompt=PROMPT, max_tokens=MAX_TOKENS, n=3, seed=11,
                   logprobs=2, logit_bias=STEER, extra_body={"structured_outputs": {"json": SCHEMA}})

@@ -16,7 +16,7 @@ namespace {
 using testing::llama3_compiler;
 using testing::llama3_source;
 
-TEST(GrammarCompiler, CachesByKindSpecAndStrict) {
+TEST(GrammarCompiler, CachesByKindSpecStrictAndWhitespace) {
   VPOD_REQUIRE_LLAMA3();
   GrammarCompiler& c = llama3_compiler();
   const std::string schema = R"({"type": "object", "properties": {"a": {"type": "integer"}}})";
@@ -31,9 +31,12 @@ TEST(GrammarCompiler, CachesByKindSpecAndStrict) {
   EXPECT_NE(a.value().get(), loose.value().get());
   auto as_regex = c.compile({ConstraintKind::regex, "a+", true});
   ASSERT_TRUE(as_regex.ok());
+  auto compact = c.compile({ConstraintKind::json_schema, schema, true, /*any_whitespace=*/false});
+  ASSERT_TRUE(compact.ok());
+  EXPECT_NE(a.value().get(), compact.value().get());
   const GrammarCacheStats after = c.cache_stats();
   EXPECT_EQ(after.hits - before.hits, 1);
-  EXPECT_EQ(after.misses - before.misses, 3);
+  EXPECT_EQ(after.misses - before.misses, 4);
 }
 
 TEST(GrammarCompiler, EvictsTheLeastRecentlyUsedPastItsBound) {

@@ -45,6 +45,27 @@ std::unique_ptr<Matcher> matcher_of(ConstraintKind kind, std::string spec, bool 
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
+// vLLM's disable_any_whitespace: after "{" any-whitespace JSON allows a
+// space, compact JSON does not (and still allows the closing brace).
+TEST(Matcher, CompactJsonAllowsNoWhitespace) {
+  VPOD_REQUIRE_LLAMA3();
+  const std::int32_t space = llama3_tokenizer()->token_to_id("\xc4\xa0");  // " " (byte-level)
+  const std::int32_t open = llama3_tokenizer()->token_to_id("{");
+  const std::int32_t close = llama3_tokenizer()->token_to_id("}");
+  ASSERT_GE(space, 0);
+  ASSERT_GE(open, 0);
+  ASSERT_GE(close, 0);
+  for (bool any : {true, false}) {
+    auto m = llama3_compiler().make_matcher(
+        {ConstraintKind::json_object, "", /*strict=*/false, /*any_whitespace=*/any});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_TRUE((*m)->accept(open));
+    const std::vector<std::int32_t> next = allowed_ids(**m);
+    EXPECT_EQ(std::find(next.begin(), next.end(), space) != next.end(), any) << any;
+    EXPECT_TRUE(std::find(next.begin(), next.end(), close) != next.end()) << any;
+  }
+}
+
 TEST(Matcher, ChoiceAllowsPrefixesThenOnlyStopTokens) {
   VPOD_REQUIRE_LLAMA3();
   auto m = matcher_of(ConstraintKind::choice, R"(["yes", "no"])");

@@ -770,6 +770,38 @@ TEST(StructuredOutputParse, BadShapesAndTwoConstraintsAre400s) {
   bad({{"guided_whitespace_pattern", " "}}, "guided_whitespace_pattern");
   bad({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}}, "guided_regex");
   bad({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}, "structured_outputs.choice");
+  // disable_any_whitespace: a boolean, and for JSON only.
+  bad({{"structured_outputs", {{"json_object", true}, {"disable_any_whitespace", "yes"}}}},
+      "structured_outputs.disable_any_whitespace");
+  bad({{"structured_outputs", {{"regex", "a+"}, {"disable_any_whitespace", true}}}},
+      "structured_outputs.disable_any_whitespace");
+  bad({{"structured_outputs", {{"disable_any_whitespace", true}}}},
+      "structured_outputs.disable_any_whitespace");
+}
+
+// vLLM's structured_outputs.disable_any_whitespace: compact JSON for any
+// JSON constraint of the request (also response_format and guided_json).
+TEST(StructuredOutputParse, DisableAnyWhitespaceMakesJsonCompact) {
+  const json schema = {{"type", "object"}};
+  for (const json& extra :
+       {json{{"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}}},
+        json{{"structured_outputs", {{"json_object", true}, {"disable_any_whitespace", true}}}},
+        json{{"response_format", {{"type", "json_object"}}},
+             {"structured_outputs", {{"disable_any_whitespace", true}}}},
+        json{{"guided_json", schema},
+             {"structured_outputs", {{"disable_any_whitespace", true}}}}}) {
+    json body = {{"prompt", "x"}};
+    body.update(extra);
+    auto r = completion(body);
+    ASSERT_TRUE(r.ok()) << extra.dump() << ": " << r.error().message;
+    EXPECT_TRUE(r->constraint.active()) << extra.dump();
+    EXPECT_FALSE(r->constraint.any_whitespace) << extra.dump();
+  }
+  auto spaced =
+      completion({{"prompt", "x"},
+                  {"structured_outputs", {{"json", schema}, {"disable_any_whitespace", false}}}});
+  ASSERT_TRUE(spaced.ok());
+  EXPECT_TRUE(spaced->constraint.any_whitespace);
 }
 
 }  // namespace
