@@ -17,6 +17,7 @@ void add_make_model_command(CLI::App& app) {
     std::uint64_t seed = 0;
     int threads = 0;
     bool no_tokenizer = false;
+    bool no_weights = false;
   };
   auto args = std::make_shared<Args>();
   std::string presets;
@@ -27,6 +28,9 @@ void add_make_model_command(CLI::App& app) {
                   "Folder whose tokenizer files are copied (default: the preset's fixture; the "
                   "Yi presets extend its vocab to the model's 64000 ids)");
   cmd->add_flag("--no-tokenizer", args->no_tokenizer, "Write no tokenizer files");
+  cmd->add_flag("--no-weights", args->no_weights,
+                "Write no model.safetensors: serve it with --load-format dummy, which makes the "
+                "same weights (same --seed) in memory");
   cmd->add_option("--seed", args->seed, "PRNG seed (same seed, same bytes)")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "bf16, fp16 or fp32 (default: the preset's)");
   cmd->add_option("--threads", args->threads, "Generator threads (0: all cores)");
@@ -37,6 +41,7 @@ void add_make_model_command(CLI::App& app) {
     options.seed = args->seed;
     options.num_threads = args->threads;
     options.with_tokenizer = !args->no_tokenizer;
+    options.with_weights = !args->no_weights;
     if (!args->tokenizer.empty()) options.tokenizer_dir = args->tokenizer;
     if (!args->dtype.empty()) {
       auto dtype = parse_dtype(args->dtype);

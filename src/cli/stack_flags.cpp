@@ -106,6 +106,11 @@ void add_stack_flags(CLI::App& cmd, engine::StackOptions& o) {
       ->capture_default_str();
   add_parsed(cmd, "--kv-cache", o.kv_cache, engine::parse_kv_cache_kind, "vattn or paged")
       ->default_str(std::string(engine::kv_cache_kind_name(o.kv_cache)));
+  add_parsed(cmd, "--load-format", o.load_format, model::parse_load_format,
+             "auto/safetensors: the folder's weights; dummy: make-model's random weights (for the "
+             "seed, default 0 as make-model's), made in memory: the folder needs only "
+             "config.json and a tokenizer")
+      ->default_str(std::string(model::load_format_name(o.load_format)));
   cmd.add_option("--block-size", o.block_size,
                  "Tokens per KV block of --kv-cache paged: 1, 16, 32 or 64 (default 16)");
   add_parsed(cmd, "--kv-layout", o.kv_layout, kvcache::parse_kv_layout,

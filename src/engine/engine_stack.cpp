@@ -177,7 +177,9 @@ Status validate_distributed(const DistributedOptions& d) {
 Status EngineStack::build_model(const StackOptions& o, const model::ModelConfig& config) {
   Parts& p = *parts_;
   const model::ModelOptions mo{.max_num_tokens = o.max_num_batched_tokens,
-                               .max_num_sequences = o.max_num_seqs};
+                               .max_num_sequences = o.max_num_seqs,
+                               .load_format = o.load_format,
+                               .dummy_seed = o.seed};
   auto check_paged = [&](const model::Backend& backend) -> Status {
     if (o.kv_cache == KvCacheKind::paged && !backend.supports_paged_kv(config.head_dim)) {
       return unimplemented(fmt::format(

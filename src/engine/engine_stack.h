@@ -96,6 +96,9 @@ struct StackOptions {
   // 16, 32 or 64 (FlashInfer's page size; default 16). vAttention has no
   // blocks (its prefix blocks are its physical pages), so there it is refused.
   std::optional<int> block_size;
+  // --load-format (vLLM's): the folder's safetensors, or dummy: make-model's
+  // random weights for --seed, made in memory (model/weight_source.h).
+  model::LoadFormat load_format = model::LoadFormat::safetensors;
   kvcache::KvLayout kv_layout = kvcache::KvLayout::all_layers;
   // vattn: pre-map the next admitted request's first chunk while steps run
   // (KvCacheConfig::eager_allocation); off for comparison.

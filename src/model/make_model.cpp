@@ -250,6 +250,19 @@ float random_weight_value(std::uint64_t key, std::uint64_t index, int init_kind,
   return 0.0f;
 }
 
+std::uint64_t random_weight_key(std::uint64_t seed, std::string_view name) {
+  return splitmix64(seed ^ fnv1a64(name));
+}
+
+void fill_random_weights(std::uint64_t key, WeightInit init, float initializer_range, DType dtype,
+                         std::int64_t first, std::int64_t count, std::uint8_t* dst) {
+  const int kind = static_cast<int>(init);
+  for (std::int64_t i = 0; i < count; ++i) {
+    store(dst, dtype, i,
+          random_weight_value(key, static_cast<std::uint64_t>(first + i), kind, initializer_range));
+  }
+}
+
 const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = build_presets();
   return presets;
@@ -408,22 +421,21 @@ Result<std::vector<std::string>> make_model(const MakeModelOptions& options) {
   std::vector<std::uint64_t> keys;
   for (const WeightSpec& spec : layout) {
     entries.push_back({spec.name, config.dtype, spec.shape});
-    keys.push_back(splitmix64(options.seed ^ fnv1a64(spec.name)));
+    keys.push_back(random_weight_key(options.seed, spec.name));
   }
   const float range = preset.initializer_range;
   const DType dtype = config.dtype;
   auto fill = [&](std::size_t index, std::int64_t first, std::int64_t count, std::uint8_t* dst) {
-    const std::uint64_t key = keys[index];
-    const int init = static_cast<int>(layout[index].init);
-    for (std::int64_t i = 0; i < count; ++i) {
-      store(dst, dtype, i,
-            random_weight_value(key, static_cast<std::uint64_t>(first + i), init, range));
-    }
+    fill_random_weights(keys[index], layout[index].init, range, dtype, first, count, dst);
   };
   int threads = options.num_threads;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto weights_path = options.out_dir / "model.safetensors";
   std::filesystem::remove(options.out_dir / "model.safetensors.index.json", ec);
+  if (!options.with_weights) {
+    std::filesystem::remove(weights_path, ec);  // no stale weights beside the new config
+    return written;
+  }
   VPOD_RETURN_IF_ERROR(write_safetensors(
       weights_path, entries,
       {{"format", "pt"}, {"vpod_preset", preset.name}, {"vpod_seed", std::to_string(options.seed)}},

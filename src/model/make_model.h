@@ -28,6 +28,7 @@
 #include "common/splitmix64.h"
 #include "common/status.h"
 #include "model/model_config.h"
+#include "model/weight_layout.h"
 
 namespace vpod::model {
 
@@ -57,6 +58,9 @@ struct MakeModelOptions {
   std::string preset = "tiny";
   std::optional<std::filesystem::path> tokenizer_dir;  // default: the preset's fixture
   bool with_tokenizer = true;
+  // false: config, generation config and tokenizer only (for --load-format
+  // dummy, which makes the same weights in memory).
+  bool with_weights = true;
   std::uint64_t seed = 0;
   std::optional<DType> dtype;  // default: the preset's torch_dtype
   int num_threads = 0;         // 0: hardware concurrency
@@ -74,6 +78,13 @@ using vpod::splitmix64;
 std::uint64_t fnv1a64(std::string_view text);
 float random_weight_value(std::uint64_t key, std::uint64_t index, int init_kind,
                           float initializer_range);
+// key(name) above for `seed`.
+std::uint64_t random_weight_key(std::uint64_t seed, std::string_view name);
+// Elements [first, first + count) of a tensor with `key` and `init`, stored
+// in `dtype` at `dst` (which points at element `first`): make-model's bytes,
+// also what --load-format dummy loads (model/weight_source.h).
+void fill_random_weights(std::uint64_t key, WeightInit init, float initializer_range, DType dtype,
+                         std::int64_t first, std::int64_t count, std::uint8_t* dst);
 
 // config.json text for a config (Hugging Face transformers 4 spelling).
 std::string model_config_json(const ModelConfig& config, float initializer_range);

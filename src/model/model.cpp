@@ -3,6 +3,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -88,8 +89,19 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   }
   VPOD_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   VPOD_ASSIGN_OR_RETURN(GenerationConfig generation, load_generation_config(dir));
-  VPOD_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir));
-  VPOD_RETURN_IF_ERROR(validate_checkpoint(checkpoint, config, dir));
+  std::optional<Checkpoint> checkpoint;
+  if (options.load_format == LoadFormat::safetensors) {
+    auto opened = Checkpoint::open(dir);
+    if (!opened.ok() && opened.status().code() == StatusCode::not_found) {
+      return not_found(opened.status().message() +
+                       " (a folder without weights, as `vpod make-model --no-weights` writes "
+                       "one, loads with --load-format dummy)");
+    }
+    VPOD_ASSIGN_OR_RETURN(checkpoint, std::move(opened));
+    VPOD_RETURN_IF_ERROR(validate_checkpoint(*checkpoint, config, dir));
+  }
+  const WeightSource source = checkpoint ? WeightSource::checkpoint(*checkpoint)
+                                         : WeightSource::random(config, options.dummy_seed);
   const TensorParallel& tp = options.tensor_parallel;
   VPOD_ASSIGN_OR_RETURN(const ShardLayout shard, shard_layout(config, tp.size, tp.rank));
   if (tp.size > 1 &&
@@ -103,7 +115,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   if (model->options_.max_logit_rows <= 0) {
     model->options_.max_logit_rows = model->options_.max_num_sequences;
   }
-  VPOD_RETURN_IF_ERROR(model->load_weights(checkpoint));
+  VPOD_RETURN_IF_ERROR(model->load_weights(source));
   VPOD_RETURN_IF_ERROR(model->allocate_activations());
   VPOD_RETURN_IF_ERROR(
       backend.reserve_step(model->options_.max_num_tokens, model->options_.max_num_sequences));

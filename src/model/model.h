@@ -27,6 +27,7 @@
 #include "model/step_metadata.h"
 #include "model/step_plan.h"
 #include "model/tensor_parallel.h"
+#include "model/weight_source.h"
 
 namespace vpod::model {
 
@@ -43,6 +44,11 @@ struct ModelOptions {
   // loads and computes its shard only, and meets the other ranks' models in
   // the communicator's collectives. Size 1: the whole model.
   TensorParallel tensor_parallel{};
+  // Where the weights come from (vLLM's --load-format): the folder's
+  // safetensors, or make-model's random weights for `dummy_seed` made in
+  // memory (model/weight_source.h), which needs only config.json.
+  LoadFormat load_format = LoadFormat::safetensors;
+  std::uint64_t dummy_seed = 0;
 };
 
 class Model {
@@ -107,7 +113,7 @@ class Model {
   };
 
   Model(Backend& backend, ModelConfig config, GenerationConfig generation, ModelOptions options);
-  Status load_weights(const Checkpoint& checkpoint);
+  Status load_weights(const WeightSource& source);
   Status allocate_activations();
   Result<TensorView> alloc_tensor(DType dtype, std::initializer_list<std::int64_t> shape);
   // Checks the view against the model and the batch against the view.

@@ -249,6 +249,10 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_v
   VPOD_ASSIGN_OR_RETURN(double eps, get_number(j, source, "rms_norm_eps", 1e-6));
   if (!(eps > 0 && eps < 1)) return field_error(source, "rms_norm_eps", "must be in (0, 1)");
   c.rms_norm_eps = static_cast<float>(eps);
+  VPOD_ASSIGN_OR_RETURN(double range, get_number(j, source, "initializer_range", 0.02));
+  if (!(range > 0 && range < 1))
+    return field_error(source, "initializer_range", "must be in (0, 1)");
+  c.initializer_range = static_cast<float>(range);
   VPOD_ASSIGN_OR_RETURN(c.max_position_embeddings,
                         get_int(j, source, "max_position_embeddings", 4096));
   VPOD_RETURN_IF_ERROR(parse_rope(j, source, c.rope));

@@ -50,6 +50,9 @@ struct ModelConfig {
   int num_kv_heads = 0;
   int head_dim = 0;  // config's head_dim, else hidden_size / num_q_heads
   float rms_norm_eps = 1e-6f;
+  // The std of the matrices' random init (HF's initializer_range): only
+  // --load-format dummy reads it.
+  float initializer_range = 0.02f;
   RopeConfig rope;
   int max_position_embeddings = 0;
   // Attention window; 0 when the model attends to the whole context. A window

@@ -76,7 +76,7 @@ class Progress {
 
 }  // namespace
 
-Status Model::load_weights(const Checkpoint& ckpt) {
+Status Model::load_weights(const WeightSource& source) {
   const ModelConfig& c = local_;  // this rank's shapes (the whole model at size 1)
   const ShardLayout& s = shard_;
   const DType dt = backend_.compute_dtype();
@@ -113,49 +113,50 @@ Status Model::load_weights(const Checkpoint& ckpt) {
     return v;
   };
   Progress progress(total_elems * elem);
-  auto tensor = [&](const std::string& name) {
-    const WeightTensor* t = ckpt.find(name);
-    VPOD_CHECK(t != nullptr);  // validated
-    return t;
-  };
+  std::vector<std::uint8_t> scratch;  // generated values (--load-format dummy)
   // Rows [row0, row0 + rows) of tensor `name` ([R, C], or [R] with C = 1)
-  // into `dst` at element `offset`: one contiguous run of the file.
+  // into `dst` at element `offset`: one contiguous run of the file, in
+  // pieces of at most kPiece elements (bounds the host memory a generated
+  // source fills).
+  constexpr std::int64_t kPiece = std::int64_t{1} << 26;
   auto put_rows = [&](const std::string& name, const TensorView& dst, std::int64_t offset,
                       std::int64_t row0, std::int64_t rows) -> Status {
-    const WeightTensor* t = tensor(name);
-    const std::int64_t cols = t->shape.size() > 1 ? t->shape[1] : 1;
-    VPOD_CHECK(row0 >= 0 && row0 + rows <= t->shape[0]);
+    const std::vector<std::int64_t>& shape = source.shape(name);
+    const std::int64_t cols = shape.size() > 1 ? shape[1] : 1;
+    VPOD_CHECK(row0 >= 0 && row0 + rows <= shape[0]);
     const std::int64_t numel = rows * cols;
     VPOD_CHECK(offset + numel <= dst.numel());
-    const auto* src = static_cast<const std::uint8_t*>(t->data) +
-                      static_cast<std::size_t>(row0 * cols) * dtype_size(t->dtype);
-    auto* p = static_cast<std::uint8_t*>(dst.data()) + offset * elem;
-    VPOD_RETURN_IF_ERROR(backend_.upload(src, t->dtype, numel, p, dt));
-    progress.add(static_cast<std::uint64_t>(numel) * elem);
+    for (std::int64_t done = 0; done < numel;) {
+      const std::int64_t n = std::min(kPiece, numel - done);
+      const std::uint8_t* src = source.read(name, row0 * cols + done, n, scratch);
+      auto* p = static_cast<std::uint8_t*>(dst.data()) + (offset + done) * elem;
+      VPOD_RETURN_IF_ERROR(backend_.upload(src, source.dtype(name), n, p, dt));
+      progress.add(static_cast<std::uint64_t>(n) * elem);
+      done += n;
+    }
     return {};
   };
   auto put = [&](const std::string& name, const TensorView& dst, std::int64_t offset) {
-    return put_rows(name, dst, offset, 0, tensor(name)->shape[0]);
+    return put_rows(name, dst, offset, 0, source.shape(name)[0]);
   };
   // Columns [col0, col0 + cols) of every row of tensor `name` [R, C]:
   // gathered on the host, uploaded once.
   std::vector<std::uint8_t> staging;
   auto put_cols = [&](const std::string& name, const TensorView& dst, std::int64_t col0,
                       std::int64_t cols) -> Status {
-    const WeightTensor* t = tensor(name);
-    VPOD_CHECK(t->shape.size() == 2 && col0 >= 0 && col0 + cols <= t->shape[1]);
-    if (cols == t->shape[1]) return put(name, dst, 0);
-    const std::int64_t rows = t->shape[0];
-    const std::size_t src_elem = dtype_size(t->dtype);
-    const std::size_t run = static_cast<std::size_t>(cols) * src_elem;
+    const std::vector<std::int64_t>& shape = source.shape(name);
+    VPOD_CHECK(shape.size() == 2 && col0 >= 0 && col0 + cols <= shape[1]);
+    if (cols == shape[1]) return put(name, dst, 0);
+    const std::int64_t rows = shape[0];
+    const DType src_dtype = source.dtype(name);
+    const std::size_t run = static_cast<std::size_t>(cols) * dtype_size(src_dtype);
     staging.resize(static_cast<std::size_t>(rows) * run);
-    const auto* src = static_cast<const std::uint8_t*>(t->data);
     for (std::int64_t r = 0; r < rows; ++r) {
-      std::memcpy(staging.data() + r * run,
-                  src + static_cast<std::size_t>(r * t->shape[1] + col0) * src_elem, run);
+      std::memcpy(staging.data() + r * run, source.read(name, r * shape[1] + col0, cols, scratch),
+                  run);
     }
     VPOD_CHECK(rows * cols <= dst.numel());
-    VPOD_RETURN_IF_ERROR(backend_.upload(staging.data(), t->dtype, rows * cols, dst.data(), dt));
+    VPOD_RETURN_IF_ERROR(backend_.upload(staging.data(), src_dtype, rows * cols, dst.data(), dt));
     progress.add(static_cast<std::uint64_t>(rows * cols) * elem);
     return {};
   };

@@ -35,6 +35,36 @@ def copy_model(model_dir, to):
     return to
 
 
+# ---- --load-format dummy -----------------------------------------------------
+
+def test_load_format_dummy_serves_make_models_weights(model_dir, tmp_path):
+    """A folder from `make-model --no-weights` serves with --load-format dummy
+    (vLLM's flag) and answers as the written model of the same seed does;
+    without the flag the error names it."""
+    bare = tmp_path / "bare"
+    subprocess.run([VPOD_BIN, "make-model", "--out", str(bare), "--preset", "tiny", "--seed", "1",
+                    "--no-weights"], check=True, timeout=120, stdout=subprocess.DEVNULL)
+    assert not (bare / "model.safetensors").exists()
+    code, err = serve_fails("--model", str(bare))
+    assert code != 0 and "--load-format dummy" in err, err
+
+    def greedy(s):
+        r = client_of(s).completions.create(model=MODEL_NAME, prompt="The capital of France is",
+                                            max_tokens=12, temperature=0)
+        return r.choices[0].text
+
+    written = Server(model_dir, tmp_path / "written.log")
+    try:
+        expected = greedy(written)
+    finally:
+        assert written.stop() == 0, written.log()
+    dummy = Server(bare, tmp_path / "dummy.log", "--load-format", "dummy", "--seed", "1")
+    try:
+        assert greedy(dummy) == expected
+    finally:
+        assert dummy.stop() == 0, dummy.log()
+
+
 # ---- the model argument ------------------------------------------------------
 
 def test_positional_model_and_several_served_names(model_dir, tmp_path):

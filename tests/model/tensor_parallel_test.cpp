@@ -42,7 +42,9 @@ Status on_ranks(int n, const std::function<Status(int)>& fn) {
 // CPU backend, shard, plan and KV cache of its KV heads.
 class Group {
  public:
-  static Result<std::unique_ptr<Group>> load(const std::filesystem::path& dir, int n) {
+  static Result<std::unique_ptr<Group>> load(const std::filesystem::path& dir, int n,
+                                             LoadFormat format = LoadFormat::safetensors,
+                                             std::uint64_t dummy_seed = 0) {
     auto g = std::make_unique<Group>();
     g->ranks_.resize(n);
     if (n > 1) g->comms_ = make_local_communicators(n);
@@ -51,6 +53,8 @@ class Group {
       rank.backend = make_cpu_backend(1);
       ModelOptions o{.max_num_tokens = 64, .max_num_sequences = 8, .max_logit_rows = 64};
       o.tensor_parallel = {.rank = r, .size = n, .comm = n > 1 ? g->comms_[r].get() : nullptr};
+      o.load_format = format;
+      o.dummy_seed = dummy_seed;
       VPOD_ASSIGN_OR_RETURN(rank.model, Model::load(dir, *rank.backend, o));
       VPOD_ASSIGN_OR_RETURN(KvCacheBuffers kv,
                             KvCacheBuffers::create(*rank.backend, rank.model->shard_config(),
@@ -218,6 +222,45 @@ TEST(TensorParallel, TwoRanksGiveTheWholeModelsLogitsAndTokens) {
     const ScriptedRun tp = scripted_run(**split, c.vocab_size, 12);
     expect_close(tp, reference, preset);
   }
+}
+
+// --load-format dummy makes make-model's weights for the seed in memory: the
+// whole model's logits equal the written checkpoint's bit for bit, and each
+// shard generates just its slices (rows and, for o/down, column blocks).
+TEST(TensorParallel, DummyWeightsAreMakeModelsWeightsOnEveryShard) {
+  for (const char* preset : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+    const testing::TempModelDir dir(preset, 21);
+    ASSERT_TRUE(dir.status().ok()) << dir.status().to_string();
+    auto written = Group::load(dir.path(), 1);
+    auto dummy = Group::load(dir.path(), 1, LoadFormat::dummy, 21);
+    auto dummy_split = Group::load(dir.path(), 2, LoadFormat::dummy, 21);
+    auto other_seed = Group::load(dir.path(), 1, LoadFormat::dummy, 22);
+    ASSERT_TRUE(written.ok() && dummy.ok() && dummy_split.ok() && other_seed.ok());
+    const int vocab = (*written)->model(0).config().vocab_size;
+    const ScriptedRun reference = scripted_run(**written, vocab, 6);
+    const ScriptedRun same = scripted_run(**dummy, vocab, 6);
+    EXPECT_EQ(same.logits, reference.logits) << preset;
+    expect_close(scripted_run(**dummy_split, vocab, 6), reference, preset);
+    EXPECT_NE(scripted_run(**other_seed, vocab, 6).logits, reference.logits) << preset;
+  }
+}
+
+// A folder without weights loads only with --load-format dummy, and says so.
+TEST(TensorParallel, NoWeightsFolderNamesTheDummyFormat) {
+  const testing::TempModelDir dir("tiny", 3);
+  ASSERT_TRUE(dir.status().ok());
+  std::filesystem::remove(dir.path() / "model.safetensors");
+  auto backend = make_cpu_backend(1);
+  auto refused = Model::load(dir.path(), *backend, {.max_num_tokens = 16, .max_num_sequences = 2});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--load-format dummy"), std::string::npos)
+      << refused.status().to_string();
+  auto dummy = Model::load(dir.path(), *backend,
+                           {.max_num_tokens = 16,
+                            .max_num_sequences = 2,
+                            .load_format = LoadFormat::dummy,
+                            .dummy_seed = 3});
+  EXPECT_TRUE(dummy.ok()) << dummy.status().to_string();
 }
 
 // The decode fusions' orchestration (norms inside the GEMMs, alternating
