@@ -12,7 +12,10 @@ import sys
 
 import pytest
 
-from conftest import VPOD_BIN, Server
+from conftest import REPO, VPOD_BIN, Server
+
+sys.path.insert(0, str(REPO / "tools" / "model"))
+from fingerprint import fingerprint  # noqa: E402  (tools/model is not a package)
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 GOLDENS = json.loads((DATA / "lm_eval_goldens.json").read_text())
@@ -31,15 +34,6 @@ doc_to_target: "{{{{label}}}}"
 metric_list:
   - metric: acc
 """
-
-
-def fingerprint(path):
-    h = 0xCBF29CE484222325
-    data = pathlib.Path(path).read_bytes()
-    for b in data[::4096]:
-        h ^= b
-        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return {"size": len(data), "fnv1a64_stride4096": f"{h:016x}"}
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ import tempfile
 import torch
 from transformers import AutoModelForCausalLM
 
+from fingerprint import fingerprint
+
 # (preset, seed, dtype, prompt token ids). Token ids are arbitrary in-vocab ids.
 CASES = [
     ("tiny", 11, "bf16", [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13, 128009]),
@@ -29,18 +31,6 @@ CASES = [
 ]
 NUM_SAMPLED = 251  # logits kept per position, at evenly spaced vocabulary ids
 TOP = 8            # plus the top ids of each position
-
-
-def fingerprint(path):
-    """FNV-1a of every 4096th byte plus the size: cheap in Python, still
-    catches any change of the PRNG or the layout."""
-    h = 0xCBF29CE484222325
-    with open(path, "rb") as f:
-        data = f.read()
-    for b in data[::4096]:
-        h ^= b
-        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return {"size": len(data), "fnv1a64_stride4096": f"{h:016x}"}
 
 
 def main():

@@ -20,10 +20,11 @@ test knows it runs the same weights.
 """
 import argparse
 import json
-import os
 import pathlib
 import subprocess
 import tempfile
+
+from fingerprint import fingerprint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "e2e" / "data" / "lm_eval_mc.jsonl"
@@ -35,16 +36,6 @@ DOC_TO_TEXT = "Question: {question}\nAnswer:"
 def make_model(vpod, out):
     subprocess.run([vpod, "make-model", "--out", str(out), "--preset", PRESET, "--seed", str(SEED),
                     "--dtype", DTYPE], check=True, stdout=subprocess.DEVNULL)
-
-
-def fingerprint(path):
-    """FNV-1a of every 4096th byte plus the size (tools/model/make_goldens.py's)."""
-    h = 0xCBF29CE484222325
-    data = pathlib.Path(path).read_bytes()
-    for b in data[::4096]:
-        h ^= b
-        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return {"size": len(data), "fnv1a64_stride4096": f"{h:016x}"}
 
 
 def cases(args):
