@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "engine/async_executor.h"
 #include "engine/engine.h"
 #include "engine_doubles.h"
+#include "engine_rig.h"
 
 namespace vpod::engine {
 namespace {
@@ -30,8 +30,10 @@ namespace {
 using testing::ByteDecoderFactory;
 using testing::FakeKvCache;
 using testing::HashModel;
+using testing::Recorder;
 using testing::SlotMemory;
 using testing::word_pieces;
+using testing::Workload;
 
 // A small vocabulary so that EOS, stop ids and stop strings are hit often.
 constexpr int kVocab = 40;
@@ -47,46 +49,6 @@ std::string mode_name(LoopMode m) {
   return std::string(m.async ? "async" : "sync") + (m.worker ? "+worker" : "") +
          (m.worker && m.spin_us >= 0 ? "(spin " + std::to_string(m.spin_us) + " us)" : "");
 }
-
-// One delta as a comparable line (every field a client sees).
-std::string describe(const RequestOutput& d) {
-  std::ostringstream o;
-  o << "tokens=";
-  for (std::int32_t t : d.token_ids) o << t << ',';
-  o << " text='" << d.text << "' logprobs=";
-  for (const SampledToken& s : d.logprobs) {
-    o << s.token << ':' << s.logprob << '[';
-    for (int k = 0; k < s.num_top; ++k) o << s.top[k].token << ':' << s.top[k].logprob << ' ';
-    o << ']';
-  }
-  o << " finished=" << d.finished << " reason=" << finish_reason_name(d.finish_reason) << " stop='"
-    << d.stop_string << "' stop_token=" << (d.stop_token ? *d.stop_token : -1) << " error='"
-    << d.error << "' n=" << d.num_prompt_tokens << '/' << d.num_generated_tokens;
-  return o.str();
-}
-
-// Each request's deltas, one by one: the stream's callback pops every delta
-// as it is pushed (the callback runs on the engine thread, here the test's).
-struct Recorder {
-  std::shared_ptr<RequestStream> stream;
-  std::vector<std::string> deltas;
-  int num_tokens = 0;
-  bool finished = false;
-  RequestOutput out;
-  void on_output() {
-    while (stream && stream->try_pop(out)) {
-      deltas.push_back(describe(out));
-      num_tokens += static_cast<int>(out.token_ids.size());
-      finished = finished || out.finished;
-    }
-  }
-};
-
-struct Workload {
-  std::vector<RequestSpec> specs;
-  std::vector<int> submit_at_step;  // step() call before which it is submitted
-  std::vector<int> abort_after;     // the client aborts once it saw this many tokens; -1 never
-};
 
 Workload random_workload(int n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -149,33 +111,7 @@ RunResult run(const Workload& w, LoopMode mode) {
       kv, decoders);
   EXPECT_TRUE(created.ok()) << created.status().to_string();
   Engine& engine = **created;
-
-  const std::size_t n = w.specs.size();
-  std::vector<std::unique_ptr<Recorder>> rec(n);
-  std::vector<bool> aborted(n, false);
-  std::size_t submitted = 0;
-  for (int step = 0; step < 100000; ++step) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (rec[i] || w.submit_at_step[i] > step) continue;
-      rec[i] = std::make_unique<Recorder>();
-      Recorder* r = rec[i].get();
-      auto stream = engine.submit(w.specs[i], [r] { r->on_output(); });
-      EXPECT_TRUE(stream.ok()) << stream.status().to_string();
-      r->stream = *stream;
-      ++submitted;
-    }
-    // A client that saw enough tokens disconnects before the next step.
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!rec[i] || aborted[i] || rec[i]->finished || w.abort_after[i] < 0) continue;
-      if (rec[i]->num_tokens >= w.abort_after[i]) {
-        engine.abort(rec[i]->stream->id());
-        aborted[i] = true;
-      }
-    }
-    if (submitted == n && !engine.has_work()) break;
-    engine.step();
-  }
-  EXPECT_FALSE(engine.has_work());
+  std::vector<std::unique_ptr<Recorder>> rec = testing::drive(engine, w);
   EXPECT_EQ(kv.slots_in_use(), 0);
   RunResult result;
   result.metrics = engine.metrics();

@@ -22,12 +22,6 @@ namespace {
 
 using namespace testing;  // the doubles and the rig (engine_rig.h)
 
-struct Workload {
-  std::vector<RequestSpec> specs;
-  std::vector<int> submit_at_step;
-  std::vector<int> abort_after;  // abort once this many tokens streamed; -1 never
-};
-
 // Requests built on a few shared system prompts (some repeated outright,
 // some under another cache salt), with the sampling and stop features the
 // engine has, and clients that disconnect.
@@ -87,38 +81,11 @@ struct RunResult {
 RunResult run(const Workload& w, Mode mode) {
   Rig rig(mode, /*num_slots=*/12, /*num_blocks=*/28, /*max_seqs=*/10, /*budget=*/40,
           /*max_len=*/128);
-  Engine& engine = *rig.engine;
-  const std::size_t n = w.specs.size();
-  std::vector<std::unique_ptr<Recorder>> rec(n);
-  std::vector<bool> aborted(n, false);
-  std::size_t submitted = 0;
-  for (int step = 0; step < 100000; ++step) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (rec[i] || w.submit_at_step[i] > step) continue;
-      rec[i] = std::make_unique<Recorder>();
-      Recorder* r = rec[i].get();
-      auto stream = engine.submit(w.specs[i], [r] { r->on_output(); });
-      EXPECT_TRUE(stream.ok()) << stream.status().to_string();
-      r->stream = *stream;
-      ++submitted;
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!rec[i] || aborted[i] || rec[i]->finished || w.abort_after[i] < 0) continue;
-      if (rec[i]->num_tokens >= w.abort_after[i]) {
-        engine.abort(rec[i]->stream->id());
-        aborted[i] = true;
-      }
-    }
-    if (submitted == n && !engine.has_work()) break;
-    engine.step();
-    rig.kv.check();
-    if (::testing::Test::HasFailure()) break;
-  }
-  EXPECT_FALSE(engine.has_work());
+  std::vector<std::unique_ptr<Recorder>> rec = drive(*rig.engine, w, [&] { rig.kv.check(); });
   EXPECT_EQ(rig.kv.slots_in_use(), 0);
   EXPECT_EQ(rig.kv.used_blocks(), 0);
   RunResult result;
-  result.metrics = engine.metrics();
+  result.metrics = rig.engine->metrics();
   result.tokens_computed = rig.model.tokens_computed;
   result.hit_tokens = rig.kv.hit_tokens;
   for (auto& r : rec) {
