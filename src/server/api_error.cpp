@@ -8,6 +8,20 @@
 
 namespace vpod::server {
 
+std::string_view json_type_name(const nlohmann::ordered_json& v) {
+  switch (v.type()) {
+    case nlohmann::ordered_json::value_t::null: return "null";
+    case nlohmann::ordered_json::value_t::object: return "an object";
+    case nlohmann::ordered_json::value_t::array: return "an array";
+    case nlohmann::ordered_json::value_t::string: return "a string";
+    case nlohmann::ordered_json::value_t::boolean: return "a boolean";
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return "an integer";
+    case nlohmann::ordered_json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+  }
+}
+
 ApiError bad_request(std::string message, std::string param) {
   return {400, std::move(message), "invalid_request_error", std::move(param), ""};
 }

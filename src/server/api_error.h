@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -24,6 +25,8 @@ struct ApiError {
 
 // 400 invalid_request_error; `param` names the field.
 ApiError bad_request(std::string message, std::string param = {});
+// A JSON value's kind as an error message says it: "a string", "an integer", ...
+std::string_view json_type_name(const nlohmann::ordered_json& v);
 // 401: missing or wrong `Authorization: Bearer` key.
 ApiError unauthorized();
 // 404 for a model that is not served.

@@ -45,20 +45,6 @@ ApiResult<json> parse_json_object(std::string_view body, const RequestLimits& li
   return value;
 }
 
-std::string_view type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "an unsupported value";
-  }
-}
-
 // Reads typed fields of one JSON object, keeping the first error. Absent and
 // null fields give the fallback, as OpenAI treats them alike.
 class Fields {
@@ -76,7 +62,8 @@ class Fields {
     if (!error_) error_ = std::move(error);
   }
   void fail_type(const char* name, std::string_view expected, const json& got) {
-    fail(bad_request(fmt::format("'{}' must be {}, got {}", name, expected, type_name(got)), name));
+    fail(bad_request(fmt::format("'{}' must be {}, got {}", name, expected, json_type_name(got)),
+                     name));
   }
   const std::optional<ApiError>& error() const { return error_; }
 
@@ -224,7 +211,7 @@ void parse_logit_bias(Fields& f, const json& v, const RequestLimits& limits,
     }
     if (!value.is_number()) {
       f.fail(bad_request(fmt::format("'logit_bias' value of token {} must be a number, got {}", id,
-                                     type_name(value)),
+                                     json_type_name(value)),
                          kName));
       return;
     }
@@ -366,7 +353,7 @@ std::string parse_cache_salt(Fields& f) {
   if (!v) return {};
   if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
     f.fail(bad_request(fmt::format("'cache_salt' must be a non-empty string, got {}",
-                                   v->is_string() ? "an empty string" : type_name(*v)),
+                                   v->is_string() ? "an empty string" : json_type_name(*v)),
                        "cache_salt"));
     return {};
   }
@@ -516,7 +503,7 @@ ApiResult<json> parse_tool_calls(const json& calls, const std::string& where) {
 // or [{"type": "text", "text"}] parts; null becomes ""), and name if given.
 ApiResult<json> parse_messages(const json& v) {
   if (!v.is_array()) {
-    return bad_request(fmt::format("'messages' must be an array, got {}", type_name(v)),
+    return bad_request(fmt::format("'messages' must be an array, got {}", json_type_name(v)),
                        "messages");
   }
   if (v.empty()) return bad_request("'messages' must not be empty", "messages");
@@ -525,7 +512,7 @@ ApiResult<json> parse_messages(const json& v) {
     const json& m = v[i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) {
-      return bad_request(fmt::format("'{}' must be an object, got {}", where, type_name(m)),
+      return bad_request(fmt::format("'{}' must be an object, got {}", where, json_type_name(m)),
                          "messages");
     }
     auto role = m.find("role");
@@ -574,7 +561,7 @@ ApiResult<json> parse_messages(const json& v) {
     } else {
       return bad_request(fmt::format("'{}.content' must be a string or an array of text parts, "
                                      "got {}",
-                                     where, type_name(*content)),
+                                     where, json_type_name(*content)),
                          "messages");
     }
     if (auto name = m.find("name"); name != m.end() && !name->is_null()) {

@@ -9,17 +9,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string_view kind_of(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    default: return "a number";
-  }
-}
-
 ApiError bad_field(const std::string& field, std::string_view what) {
   return bad_request(fmt::format("'{}' {}", field, what), field);
 }
@@ -35,7 +24,7 @@ const json* optional_field(const json& object, const char* name) {
 std::optional<ApiError> check_tool(const json& tool, std::size_t i) {
   const std::string where = fmt::format("tools[{}]", i);
   if (!tool.is_object())
-    return bad_field(where, fmt::format("must be an object, got {}", kind_of(tool)));
+    return bad_field(where, fmt::format("must be an object, got {}", json_type_name(tool)));
   if (const json* type = optional_field(tool, "type"); type && *type != "function") {
     return bad_field(where + ".type", "must be 'function' (the only tool type vpod supports)");
   }
@@ -43,7 +32,7 @@ std::optional<ApiError> check_tool(const json& tool, std::size_t i) {
   if (!function) return bad_field(where + ".function", "is required");
   if (!function->is_object()) {
     return bad_field(where + ".function",
-                     fmt::format("must be an object, got {}", kind_of(*function)));
+                     fmt::format("must be an object, got {}", json_type_name(*function)));
   }
   const json* name = optional_field(*function, "name");
   if (!name) return bad_field(where + ".function.name", "is required");
@@ -52,15 +41,15 @@ std::optional<ApiError> check_tool(const json& tool, std::size_t i) {
   }
   if (const json* d = optional_field(*function, "description"); d && !d->is_string()) {
     return bad_field(where + ".function.description",
-                     fmt::format("must be a string, got {}", kind_of(*d)));
+                     fmt::format("must be a string, got {}", json_type_name(*d)));
   }
   if (const json* p = optional_field(*function, "parameters"); p && !p->is_object()) {
     return bad_field(where + ".function.parameters",
-                     fmt::format("must be a JSON Schema object, got {}", kind_of(*p)));
+                     fmt::format("must be a JSON Schema object, got {}", json_type_name(*p)));
   }
   if (const json* s = optional_field(*function, "strict"); s && !s->is_boolean()) {
     return bad_field(where + ".function.strict",
-                     fmt::format("must be a boolean, got {}", kind_of(*s)));
+                     fmt::format("must be a boolean, got {}", json_type_name(*s)));
   }
   return std::nullopt;
 }
@@ -86,7 +75,7 @@ ApiResult<ToolRequest> parse_tool_request(const json& body) {
   const json* tools = optional_field(body, "tools");
   if (tools) {
     if (!tools->is_array()) {
-      return bad_field("tools", fmt::format("must be an array, got {}", kind_of(*tools)));
+      return bad_field("tools", fmt::format("must be an array, got {}", json_type_name(*tools)));
     }
     for (std::size_t i = 0; i < tools->size(); ++i) {
       if (auto e = check_tool((*tools)[i], i)) return *e;
@@ -96,7 +85,7 @@ ApiResult<ToolRequest> parse_tool_request(const json& body) {
   if (const json* parallel = optional_field(body, "parallel_tool_calls")) {
     if (!parallel->is_boolean()) {
       return bad_field("parallel_tool_calls",
-                       fmt::format("must be a boolean, got {}", kind_of(*parallel)));
+                       fmt::format("must be a boolean, got {}", json_type_name(*parallel)));
     }
     r.parallel_tool_calls = parallel->get<bool>();
   }
@@ -130,7 +119,7 @@ ApiResult<ToolRequest> parse_tool_request(const json& body) {
       "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}";
   if (!choice->is_object()) {
     return bad_field("tool_choice",
-                     fmt::format("must be a string or an object, got {}", kind_of(*choice)));
+                     fmt::format("must be a string or an object, got {}", json_type_name(*choice)));
   }
   if (const json* type = optional_field(*choice, "type"); type && *type != "function") {
     return bad_field("tool_choice.type", fmt::format("must be 'function' ({})", kUsage));
