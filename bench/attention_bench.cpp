@@ -28,6 +28,7 @@
 
 #include "bench/attention_bench_fill.h"
 #include "bench/benches.h"
+#include "bench/peers/fi_fa3_single.h"
 #include "common/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/event.h"
@@ -73,7 +74,11 @@ const std::vector<Case>& all_cases() {
 struct Args {
   std::string json_path;
   std::string case_filter;
-  std::vector<std::string> layouts = {"per_layer", "all_layers", "paged16", "paged256"};
+  // The FA3 contiguous peer by default where the build holds it.
+  std::vector<std::string> layouts =
+      peers::fi_fa3_single_built()
+          ? std::vector<std::string>{"per_layer", "all_layers", "paged16", "paged256", "fi_fa3"}
+          : std::vector<std::string>{"per_layer", "all_layers", "paged16", "paged256"};
   std::string dtype = "fp16";
   int prefill_splits = 0;
   int decode_splits = 0;
@@ -436,7 +441,9 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     row.bytes = bytes;
     row.tflops = flops / (t.median_ms * 1e-3) / 1e12;
     row.tbps = bytes / (t.median_ms * 1e-3) / 1e12;
-    if (layout.starts_with("paged")) {
+    if (layout == "fi_fa3") {
+      row.kernel = "flashinfer fa3 single";
+    } else if (layout.starts_with("paged")) {
       // FlashInfer's kernels: its work lists are its own.
       row.kernel = c.decode ? "flashinfer fa2 tc-decode"
                    : flashinfer_plan.prefill_backend() == attention::fi::PrefillBackend::fa3
@@ -463,6 +470,67 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
     });
     VPOD_RETURN_IF_ERROR(launch_status);
     add_row("per_layer", per_layer_row, t);
+  }
+
+  // ---- per_layer-tile: the same cache on the one-warpgroup wgmma tile that
+  // the warp-specialized prefill kernel replaced (prefill cases).
+  if (!c.decode && wants("per_layer-tile")) {
+    PlanOptions tile_options = options;
+    tile_options.kernels.ws_prefill = false;
+    VPOD_ASSIGN_OR_RETURN(AttentionPlan tile_plan,
+                          AttentionPlan::create(batch, dims, tile_options));
+    VPOD_RETURN_IF_ERROR(tile_plan.upload(buffers, stream));
+    active = &tile_plan;
+    Row row;
+    VPOD_RETURN_IF_ERROR(validate_paged(per_layer_view, row));
+    Status launch_status;
+    const Timing t = time_runs(args, sets, stream, [&](int s) {
+      if (launch_status.ok()) launch_status = run_attention(per_layer_view, s);
+    });
+    VPOD_RETURN_IF_ERROR(launch_status);
+    add_row("per_layer-tile", row, t);
+    active = &contiguous_plan;
+    VPOD_RETURN_IF_ERROR(contiguous_plan.upload(buffers, stream));
+  }
+
+  // ---- fi_fa3: FlashInfer's FA3 single prefill on the per-layer cache (one
+  // request; compiled in with -DVPOD_BENCH_PEERS=ON), the contiguous peer.
+  if (!c.decode && c.batch == 1 && wants("fi_fa3")) {
+    auto fa3 = [&](int s) {
+      peers::SinglePrefillArgs a;
+      a.dtype = dims.dtype;
+      a.q = q[s].data();
+      a.k = k[s].data();
+      a.v = v[s].data();
+      a.o = out[s].data();
+      a.qo_len = c.num_new;
+      a.kv_len = ctx;
+      a.num_qo_heads = dims.num_q_heads;
+      a.num_kv_heads = dims.num_kv_heads;
+      a.head_dim = dims.head_dim;
+      a.q_stride_n = static_cast<std::int64_t>(dims.num_q_heads) * dims.head_dim;
+      a.kv_stride_n = static_cast<std::int64_t>(token_elems);
+      a.sm_scale = scale;
+      return peers::fi_fa3_single_prefill(a, stream);
+    };
+    Row row;
+    out[0].fill_bytes(0xff, stream);
+    const Status first = fa3(0);
+    if (!first.ok()) {
+      row.check = "skipped: " + first.message();
+      add_row("fi_fa3", row, Timing{});
+    } else {
+      VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), StatusCode::internal);
+      std::vector<std::uint16_t> got(q_bytes / 2);
+      out[0].copy_to_host(got.data(), q_bytes);
+      reference_error(got, row);
+      Status launch_status;
+      const Timing t = time_runs(args, sets, stream, [&](int s) {
+        if (launch_status.ok()) launch_status = fa3(s);
+      });
+      VPOD_RETURN_IF_ERROR(launch_status);
+      add_row("fi_fa3", row, t);
+    }
   }
 
   // ---- all-layers: one [slots, ctx, 32, kv_heads, head_dim] cache; set s is layer s.
@@ -638,7 +706,7 @@ int run(const Args& args) {
   fmt::print("vpod bench attention  {}  {}  {} (32 q heads, 8 kv heads, head_dim 128)\n", date,
              prop.name, dtype_name(*dtype));
   fmt::print("read-only bandwidth ceiling (measured now, 2 GiB): {:.2f} TB/s\n", read_ceiling);
-  fmt::print("{:<19} {:<10} {:>9} {:>8} {:>7} {:>6} {:>6} {:>8}  {}\n", "case", "layout", "ms",
+  fmt::print("{:<19} {:<14} {:>9} {:>8} {:>7} {:>6} {:>6} {:>8}  {}\n", "case", "layout", "ms",
              "TFLOP/s", "TB/s", "%771T", "%4.24", "vs p-l", "check");
   std::string last_case;
   double per_layer_ms = 0;
@@ -648,7 +716,7 @@ int run(const Args& args) {
     last_case = r.case_name;
     all_valid = all_valid && r.valid;
     fmt::print(
-        "{:<19} {:<10} {:>9.4f} {:>8.1f} {:>7.2f} {:>5.1f}% {:>5.1f}% {:>8}  {}\n", r.case_name,
+        "{:<19} {:<14} {:>9.4f} {:>8.1f} {:>7.2f} {:>5.1f}% {:>5.1f}% {:>8}  {}\n", r.case_name,
         r.layout, r.ms, r.tflops, r.tbps, 100 * r.tflops / kPeakTflops, 100 * r.tbps / kPeakTbps,
         per_layer_ms > 0 && r.ms > 0 ? fmt::format("{:.3f}x", per_layer_ms / r.ms) : "", r.check);
   }
@@ -707,6 +775,10 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "--mma-prefill", [&options] { options.wgmma_prefill = false; },
       "prefill on the mma.sync kernel where the wgmma one would run (comparison)");
   cmd.add_flag_callback(
+      "--no-ws-prefill", [&options] { options.ws_prefill = false; },
+      "contiguous prefill on the one-warpgroup wgmma tile, not the warp-specialized kernel "
+      "(comparison)");
+  cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");
   cmd.add_flag_callback(
@@ -729,7 +801,9 @@ void add_attention_bench(CLI::App& bench) {
   cmd->add_option("--case", args->case_filter, "only cases whose name contains this text");
   cmd->add_option("--layouts", args->layouts,
                   "per_layer all_layers paged16 paged256 (blocks shuffled over the pool), "
-                  "paged16-sequential paged256-sequential (each slot's blocks in order)")
+                  "paged16-sequential paged256-sequential (each slot's blocks in order), "
+                  "per_layer-tile (prefill on the one-warpgroup wgmma tile), fi_fa3 (FlashInfer's "
+                  "FA3 single prefill, contiguous; a -DVPOD_BENCH_PEERS=ON build)")
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "fp16 or bf16")->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits,

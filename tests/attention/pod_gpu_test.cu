@@ -214,10 +214,16 @@ class PodRun {
     return finish();
   }
 
-  // The separate prefill and decode kernels on the same work lists.
+  // The separate prefill and decode kernels on the same work lists. Against
+  // a fused plan the prefill is the one-warpgroup wgmma tile that the fused
+  // kernel embeds (not the warp-specialized kernel, whose 128-key blocks sum
+  // in another order), so the two must agree bit for bit; a serial-fallback
+  // plan runs the default kernels either way.
   std::vector<std::uint16_t> run_serial() {
     poison();
-    const AttentionPlan& ap = plan_->attention();
+    KernelOptions kernels = plan_->attention().kernel_options();
+    if (plan_->config().fused) kernels.ws_prefill = false;
+    const AttentionPlan ap = plan_->attention().with_kernel_options(kernels);
     const auto q = view(q_, dims_.num_q_heads), out = view(out_, dims_.num_q_heads);
     const bool paged = testing::is_paged(cache_.layout);
     const Status p = paged ? prefill(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())

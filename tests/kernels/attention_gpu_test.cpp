@@ -53,6 +53,13 @@ int num_sms() {
   return sms;
 }
 
+int compute_major() {
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  return major;
+}
+
 float to_float(DType dtype, std::uint16_t bits) {
   return dtype == DType::bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
 }
@@ -343,6 +350,13 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
       std::printf("[attention] %s d%d: prefill %d CTAs/SM, decode %d CTAs/SM, heads %d CTAs/SM\n",
                   dtype_name(dtype).data(), d, prefill, decode, heads);
       EXPECT_GE(prefill, kPrefillCtasPerSm);
+      // The warp-specialized prefill: one persistent CTA per SM on sm_90a.
+      const int ws = detail::ctas_per_sm(detail::KernelKind::prefill_ws, dtype, d).value();
+      std::printf("[attention] %s d%d: warp-specialized prefill %d CTAs/SM\n",
+                  dtype_name(dtype).data(), d, ws);
+      if (compute_major() == 9) {
+        EXPECT_EQ(ws, 1);
+      }
       EXPECT_GE(decode, kDecodeCtasPerSm);
       EXPECT_GE(heads, kDecodeCtasPerSm);
       if (detail::decode_deep_supported(dtype, d)) {
@@ -600,6 +614,69 @@ TEST(AttentionGpuTest, LongPromptsAndForcedSplits) {
                 rng, "forced-splits");
   run_and_check({8, 8, 64, DType::bf16}, KvLayout::per_layer, sweep_batch(), {num_sms(), 0, 64},
                 rng, "forced-splits-max");
+}
+
+// The warp-specialized prefill kernel (persistent, 128-key blocks, TMA Q
+// and K/V, cp.async for a split's partial last block) and the one-warpgroup
+// wgmma tile it replaces, on the same inputs: both within the reference bound
+// and within twice it of each other. Shapes: more tiles than SMs (a CTA walks
+// several), every remainder of 128 keys (the sweep's 255/1/4095 chunks),
+// chunks over cached context, forced splits (fp32 partial rows), head_dim
+// 64 and 128, fp16 and bf16, both layouts, MQA to group 8.
+TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Case {
+    AttentionDims dims;
+    KvLayout layout;
+    HybridBatch batch;
+    int splits;
+    const char* label;
+  };
+  const std::vector<Case> cases = {
+      {{32, 8, 128, DType::f16}, KvLayout::per_layer, make_batch({{0, 4097}}, {}), 0, "ws 4097"},
+      {{16, 2, 128, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{7000, 1100}, {0, 129}, {300, 1}}, {}),
+       0,
+       "ws chunks"},
+      {{8, 1, 64, DType::f16},
+       KvLayout::all_layers,
+       make_batch({{0, 2049}, {5000, 77}}, {}),
+       0,
+       "ws d64 mqa"},
+      {{32, 8, 64, DType::bf16}, KvLayout::per_layer, sweep_batch(), 0, "ws d64 sweep"},
+      {{16, 2, 128, DType::f16}, KvLayout::per_layer, sweep_batch(), 5, "ws splits"},
+      {{8, 8, 128, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{1000, 700}}, {}),
+       3,
+       "ws splits mha"},
+  };
+  for (const Case& c : cases) {
+    HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
+    cache.fill_cached(c.batch, rng);
+    HostKvCache cache_tile = cache;
+    const StepInputs in = random_inputs(c.dims, c.batch.num_tokens(), rng);
+    GpuAttention gpu_ws(cache), gpu_tile(cache_tile);
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.dims.head_dim));
+    PlanOptions ws{num_sms(), c.splits, 0};
+    PlanOptions tile = ws;
+    tile.kernels.ws_prefill = false;
+    const auto out_ws = gpu_ws.step(c.batch, in, ws, scale);
+    const auto out_tile = gpu_tile.step(c.batch, in, tile, scale);
+    const std::vector<int> rows = rows_to_check(c.batch, rng);
+    const Comparison cw = compare_with_reference(cache, c.batch, in, out_ws, scale, rows,
+                                                 label_of(c.dims, c.layout, c.label).c_str());
+    const Comparison ct = compare_with_reference(cache_tile, c.batch, in, out_tile, scale, rows,
+                                                 label_of(c.dims, c.layout, "wgmma tile").c_str());
+    double max_diff = 0;
+    for (std::size_t i = 0; i < out_ws.size(); ++i) {
+      max_diff = std::max<double>(max_diff, std::abs(to_float(c.dims.dtype, out_ws[i]) -
+                                                     to_float(c.dims.dtype, out_tile[i])));
+    }
+    EXPECT_LE(max_diff, 2 * std::max(cw.bound(), ct.bound())) << c.label;
+  }
 }
 
 // Contiguous caches of both layouts (GQA and MQA, fp16 and bf16, head_dim

@@ -86,6 +86,10 @@ struct KernelOptions {
   bool wgmma_prefill = true;
   // The wgmma prefill tile loads contiguous K/V blocks by TMA; false: cp.async.
   bool tma = true;
+  // Contiguous prefill on the warp-specialized sm_90a kernel (prefill_ws.cuh:
+  // TMA producer, two ping-ponging consumer warpgroups, persistent) where the
+  // GPU runs it and TMA descriptors exist; false: the one-warpgroup wgmma tile.
+  bool ws_prefill = true;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.
   bool decode_merge_in_kernel = true;
@@ -181,6 +185,13 @@ class AttentionPlan {
   PlanPointers pointers(const AttentionBuffers& buffers) const;
   // How the launchers run this plan (PlanOptions::kernels).
   const KernelOptions& kernel_options() const { return kernels_; }
+  // The same work lists launched with other kernel options (comparisons:
+  // POD's tests run the prefill tile the fused kernel embeds on its plan).
+  AttentionPlan with_kernel_options(const KernelOptions& kernels) const {
+    AttentionPlan copy = *this;
+    copy.kernels_ = kernels;
+    return copy;
+  }
 
  private:
   // A prefill tile before its KV split: kPrefillBlockM query rows of one chunk.

@@ -12,6 +12,7 @@
 #include "kernels/attention/decode_tile.cuh"
 #include "kernels/attention/prefill_tile.cuh"
 #include "kernels/attention/prefill_wgmma.cuh"
+#include "kernels/attention/prefill_ws.cuh"
 
 // Turns a runtime head_dim into the constexpr `kName` for the body; an
 // unsupported value returns `unimplemented` (validate_dims rejects it first).
@@ -121,6 +122,39 @@ bool wgmma_prefill_runs_here() {
   return runs;
 }
 
+// Whether the device runs the warp-specialized prefill kernel's sm_90a code.
+template <typename T, int kHeadDim>
+bool ws_prefill_runs_here() {
+  static const bool runs = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, prefill_ws_kernel<T, kHeadDim>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90 && attr.ptxVersion == 90;
+  }();
+  return runs;
+}
+
+// The warp-specialized kernel: min(tiles, SMs) persistent CTAs.
+template <typename T, int kHeadDim>
+Status launch_prefill_ws(const AttentionParams& params, cudaStream_t stream) {
+  constexpr int kSmem = PrefillWsTile<T, kHeadDim>::kSmemBytes;
+  auto* kernel = prefill_ws_kernel<T, kHeadDim>;
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      StatusCode::internal);
+  int device = 0, sms = 0;
+  VPOD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), StatusCode::internal);
+  VPOD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                            StatusCode::internal);
+  const long tiles = static_cast<long>(params.num_prefill_items) * params.num_q_heads;
+  const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sms));
+  kernel<<<grid, PrefillWsTile<T, kHeadDim>::kThreads, kSmem, stream>>>(params);
+  VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
+  return Status();
+}
+
 // The wgmma tile's launch-time switches (KernelOptions).
 inline WgmmaKnobs wgmma_knobs(const KernelOptions& options) {
   WgmmaKnobs k;
@@ -129,12 +163,19 @@ inline WgmmaKnobs wgmma_knobs(const KernelOptions& options) {
   return k;
 }
 
-// The prefill kernel: the wgmma one where the device runs it, unless
-// options.wgmma_prefill is false; else the mma.sync one.
+// The prefill kernel: on a contiguous cache with TMA descriptors the
+// warp-specialized one (unless options.ws_prefill is false), else the wgmma
+// tile where the device runs it (unless options.wgmma_prefill is false), else
+// the mma.sync one.
 template <typename T>
 Status launch_prefill_typed(const AttentionParams& params, const KernelOptions& options,
                             int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
+    if (options.wgmma_prefill && options.ws_prefill && params.q_tma_valid != 0 &&
+        params.kv_tma.valid != 0 && params.kv.block_table == nullptr &&
+        ws_prefill_runs_here<T, kHeadDim>()) {
+      return launch_prefill_ws<T, kHeadDim>(params, stream);
+    }
     if (options.wgmma_prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
       auto* kernel = params.kv.block_table == nullptr ? prefill_wgmma_kernel<T, kHeadDim, false>
@@ -194,7 +235,18 @@ template <typename T>
 Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    if (kind == detail::KernelKind::prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
+    if (kind == detail::KernelKind::prefill_ws) {
+      if (!ws_prefill_runs_here<T, kHeadDim>()) return 0;
+      using Tile = PrefillWsTile<T, kHeadDim>;
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(prefill_ws_kernel<T, kHeadDim>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
+          StatusCode::internal);
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, prefill_ws_kernel<T, kHeadDim>,
+                                                        Tile::kThreads, Tile::kSmemBytes),
+          StatusCode::internal);
+    } else if (kind == detail::KernelKind::prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       // The fewer CTAs of the two instantiations (contiguous, paged).
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
       VPOD_ASSIGN_OR_RETURN(const int contiguous,

@@ -57,9 +57,10 @@ Status launch_append(const AppendParams& params, cudaStream_t stream);
 KvAddressing contiguous_addressing(const KvLayerView& kv);
 KvAddressing paged_addressing(const PagedKvView& kv);
 
-enum class KernelKind { prefill, decode, decode_heads };
+enum class KernelKind { prefill, prefill_ws, decode, decode_heads };
 // CTAs of a kernel that fit on one SM of the current device (occupancy query;
-// prefill: the kernel the default KernelOptions launch).
+// prefill: the one-warpgroup kernel the planner's slots count; prefill_ws: the
+// warp-specialized kernel, 0 where the device does not run its code).
 Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim);
 Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim);
 Result<int> ctas_per_sm_bf16(KernelKind kind, int head_dim);

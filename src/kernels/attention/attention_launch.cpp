@@ -99,6 +99,11 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
   if (plan.prefill_items().empty()) return Status();
   AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   p.kv_tma = maps;
+  // The warp-specialized kernel also loads Q by TMA (it needs both maps).
+  if (maps.valid != 0 && plan.kernel_options().ws_prefill &&
+      encode_q_tensor_map(q, plan.num_tokens(), p.q_tma).ok()) {
+    p.q_tma_valid = 1;
+  }
   const AttentionDims& dims = plan.dims();
   const KernelOptions& options = plan.kernel_options();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16

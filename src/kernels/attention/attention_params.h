@@ -158,6 +158,11 @@ struct AttentionParams {
   std::int64_t out_token_stride = 0;
   KvAddressing kv;
   KvTensorMaps kv_tma;  // contiguous K/V for the sm_90a prefill tile's TMA loads
+  // Q as a 3D tensor {head_dim, q head, token} in boxes of 64 dims x 128
+  // tokens (the warp-specialized prefill kernel, prefill_ws.cuh); valid only
+  // when that kernel runs.
+  TensorMapBytes q_tma;
+  std::int32_t q_tma_valid = 0;
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;          // num_q_heads / num_kv_heads

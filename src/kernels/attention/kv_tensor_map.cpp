@@ -17,6 +17,8 @@ namespace {
 // The tile's box: 64 head dims (128 bytes, the swizzle span) x 64 tokens.
 constexpr cuuint32_t kBoxDims = 64;
 constexpr cuuint32_t kBoxTokens = kPrefillBlockN;
+// Q: one box per 64-dim column of a 128-row tile.
+constexpr cuuint32_t kQBoxTokens = kPrefillBlockM;
 static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap), "a CUtensorMap is 128 bytes");
 
 Status encode_one(const cuda::DriverApi& api, void* base, const KvLayerView& kv,
@@ -65,6 +67,36 @@ Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps) {
   VPOD_RETURN_IF_ERROR(encode_one(*api, kv.k, kv, maps.k));
   VPOD_RETURN_IF_ERROR(encode_one(*api, kv.v, kv, maps.v));
   maps.valid = 1;
+  return Status();
+}
+
+Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& map) {
+  if (q.device() != Device::cuda) return invalid_argument("TMA needs Q on cuda");
+  if (dtype_size(q.dtype()) != 2) {
+    return invalid_argument(
+        fmt::format("TMA Q loads are for 2-byte elements, not {}", dtype_name(q.dtype())));
+  }
+  if (q.rank() != 3 || q.size(2) % kBoxDims != 0 || num_tokens <= 0) {
+    return invalid_argument(
+        fmt::format("TMA Q needs [tokens, heads, 64k] rows, got {}", q.to_string()));
+  }
+  VPOD_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::driver_api());
+  const std::uint64_t elem = 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(q.size(2)),
+                              static_cast<cuuint64_t>(q.size(1)),
+                              static_cast<cuuint64_t>(num_tokens)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(q.stride(1)) * elem,
+                                 static_cast<cuuint64_t>(q.stride(0)) * elem};
+  const cuuint32_t box[3] = {kBoxDims, 1, kQBoxTokens};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap encoded;
+  VPOD_CU_RETURN_IF_ERROR(
+      api->cuTensorMapEncodeTiled(&encoded, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, q.data(), dims,
+                                  strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      StatusCode::invalid_argument);
+  std::memcpy(map.words, &encoded, sizeof(encoded));
   return Status();
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/kv_view.h"
 #include "common/status.h"
+#include "common/tensor_view.h"
 #include "kernels/attention/attention_params.h"
 
 namespace vpod::attention {
@@ -18,6 +19,12 @@ namespace vpod::attention {
 // dim not a multiple of 64, 4-byte elements), or the driver rejected the
 // descriptor (strides not multiples of 16 bytes, say).
 Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps);
+
+// The warp-specialized prefill kernel's Q descriptor: `q` ([tokens, heads,
+// head_dim], token stride a multiple of 8 elements, 2-byte elements) as a 3D
+// tensor {head_dim, head, token} in boxes of 64 dims x 128 tokens, 128-byte
+// swizzle; rows past the last token read as zero.
+Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& map);
 
 // The descriptors the launchers pass to the prefill and POD kernels: those of
 // encode_kv_tensor_maps, or valid = 0 (cp.async loads) when it fails. (The

@@ -1,0 +1,576 @@
+// The warp-specialized sm_90a prefill kernel (FlashAttention-3's design):
+//
+//   warpgroup 0, the producer: one warp streams each tile's Q and its K/V
+//     blocks (128 keys) into shared memory with TMA, K and V in two-stage
+//     rings guarded by mbarriers (full: the bytes landed; empty: both
+//     consumers are done with the stage). It gives its registers away
+//     (setmaxnreg.dec) to
+//   warpgroups 1 and 2, the consumers: each owns 64 of the tile's 128 query
+//     rows and runs the online softmax over the key blocks, last to first.
+//
+// Per key block j a consumer issues S_j = Q K_j^T and O += P_{j+1} V_{j+1}
+// back to back, then runs the softmax of S_j while P V is still on the tensor
+// cores (the O rescale waits for it): the two products of one warpgroup
+// overlap its own softmax. Across the two warpgroups a pair of named barriers
+// makes them take turns issuing (ping-pong), so one's softmax runs while the
+// other's products occupy the tensor cores.
+//
+// The kernel is persistent: one CTA per SM walks the (work item, query head)
+// tiles with a stride of the grid, in the plan's order (longest first), so
+// the producer loads tile t + 1's Q and first blocks while the consumers
+// finish tile t. Causal masking runs only on blocks that cross the diagonal or
+// the split's end; blocks entirely above the diagonal are never visited
+// (kv_end is clipped by the planner).
+//
+// K/V come from the virtual KV tensor through the layer's TMA descriptors
+// (boxes of 64 dims x 64 tokens, two per 128-key block per 64-dim column).
+// The block holding the split's last key, when partial, is loaded with
+// cp.async by the producer warp instead: keys past kv_end read as zero (V
+// there may be unmapped pages or NaN poison), never through TMA.
+//
+// Shared memory (head dim 128): Q 32 KB, K and V 2 x 2 x 32 KB, the output
+// staging tile 32 KB, the mbarriers: 194 KB, one CTA per SM. The layouts are
+// the wgmma tile's (prefill_wgmma.cuh): 64-element column blocks of [rows][128
+// B] with the 128-byte swizzle.
+#pragma once
+
+#include "kernels/attention/prefill_wgmma.cuh"
+
+namespace vpod::attention::device {
+
+namespace ws {
+
+// Named barriers (0 is __syncthreads): the two consumers' issue turns, and
+// each consumer's epilogue.
+inline constexpr int kTurnBarrier0 = 1;
+inline constexpr int kEpilogueBarrier0 = 3;
+
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, std::uint32_t bar,
+                                            int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
+}
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+#endif
+
+// Position in a ring of kStages stages: the stage and the parity of its
+// barriers' current phase.
+template <int kStages>
+struct RingState {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+}  // namespace ws
+
+template <typename T, int kHeadDim>
+struct PrefillWsTile {
+  static constexpr int kBlockM = kPrefillBlockM;  // 128: one m64 half per consumer
+  static constexpr int kBlockN = 128;             // keys per block
+  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kColBlocks = kHeadDim / 64;
+  static constexpr int kKSteps = kHeadDim / 16;  // k steps of Q K^T
+  static constexpr int kPSteps = kBlockN / 16;   // k steps of P V
+  static constexpr int kSAcc = kBlockN / 2;      // S floats per thread
+  static constexpr int kOAcc = kHeadDim / 2;     // O floats per thread
+  static constexpr int kRowChunks = kHeadDim / 8;
+  static constexpr int kSmemQ = kBlockM * kHeadDim * 2;
+  static constexpr int kSmemKV = kBlockN * kHeadDim * 2;  // one K or V block
+  static constexpr int kSmemO = kBlockM * kHeadDim * 2;
+  // Barriers: q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty.
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
+  static constexpr int kSmemBytes =
+      kSmemQ + 2 * kStages * kSmemKV + kSmemO + 8 * kNumBarriers + 1024;
+  // Registers after setmaxnreg (CUTLASS's split for one producer and two
+  // consumer warpgroups: 40 x 128 + 232 x 256 <= 64K).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  using E = ElementTraits<T>;
+  using Staging = SwizzledTile<kHeadDim>;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kSmemBytes <= 227 * 1024, "fits one SM");
+
+  // Shared-memory map, from the 1024-aligned base.
+  struct Smem {
+    std::uint32_t q, k, v, o, bars;
+    __device__ __forceinline__ explicit Smem(std::uint32_t base)
+        : q(base),
+          k(base + kSmemQ),
+          v(base + kSmemQ + kStages * kSmemKV),
+          o(base + kSmemQ + 2 * kStages * kSmemKV),
+          bars(base + kSmemQ + 2 * kStages * kSmemKV + kSmemO) {}
+    __device__ __forceinline__ std::uint32_t q_full() const { return bars; }
+    __device__ __forceinline__ std::uint32_t q_empty() const { return bars + 8; }
+    __device__ __forceinline__ std::uint32_t k_full(int s) const { return bars + 16 + 32 * s; }
+    __device__ __forceinline__ std::uint32_t k_empty(int s) const { return bars + 24 + 32 * s; }
+    __device__ __forceinline__ std::uint32_t v_full(int s) const { return bars + 32 + 32 * s; }
+    __device__ __forceinline__ std::uint32_t v_empty(int s) const { return bars + 40 + 32 * s; }
+  };
+
+  // The tile of persistent step t: (work item, query head), item-major so the
+  // query heads sharing a KV head run side by side (their K/V hit in L2).
+  struct Tile {
+    PrefillWorkItem item;
+    SequenceDesc seq;
+    int q_head;
+    int num_blocks;  // key blocks of 128 from kv_begin, the last possibly partial
+  };
+  static __device__ __forceinline__ Tile tile_at(const AttentionParams& p, int t) {
+    Tile tile;
+    tile.item = p.plan.prefill_items[t / p.num_q_heads];
+    tile.q_head = t % p.num_q_heads;
+    tile.seq = p.plan.prefill_seqs[tile.item.seq];
+    tile.num_blocks = (tile.item.kv_end - tile.item.kv_begin + kBlockN - 1) / kBlockN;
+    return tile;
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // Producer (one warp).
+  // ----------------------------------------------------------------------------------------
+  // Loads keys [key0, key0 + 128) of K or V into `dst` with cp.async, rows at
+  // or past kv_end zero-filled, then completes `full` once they landed.
+  static __device__ __forceinline__ void load_partial(std::uint32_t dst, const T* base,
+                                                      const KvAddressing& kv, int slot, int kv_head,
+                                                      int key0, int kv_end, std::uint32_t full,
+                                                      int lane) {
+    // 32 lanes, kRowChunks 16-byte chunks per row: rows lane / kRowChunks + i * kPass.
+    constexpr int kPass = 32 / kRowChunks;
+    const int chunk = lane % kRowChunks;
+    const int row0 = lane / kRowChunks;
+    const T* src = base + static_cast<std::int64_t>(slot) * kv.outer_stride +
+                   static_cast<std::int64_t>(kv_head) * kv.head_stride + chunk * 8;
+#pragma unroll 4
+    for (int row = row0; row < kBlockN; row += kPass) {
+      const bool valid = key0 + row < kv_end;
+      const std::uint32_t off = static_cast<std::uint32_t>((chunk / 8) * kBlockN * 128 + row * 128 +
+                                                           (((chunk % 8) ^ (row % 8)) * 16));
+      cp_async_16(dst + off,
+                  valid ? src + static_cast<std::int64_t>(key0 + row) * kv.token_stride : base,
+                  valid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();  // the generic-proxy writes, before wgmma reads them
+    __syncwarp();
+    if (lane == 0) ws::mbarrier_arrive(full);
+  }
+
+  // Loads key block [key0, key0 + 128) (whole) of K or V with four (head dim
+  // 128) or two TMA boxes of 64 tokens x 64 dims.
+  static __device__ __forceinline__ void load_block_tma(std::uint32_t dst, const void* map,
+                                                        std::uint32_t full, int slot, int kv_head,
+                                                        int key0) {
+    wgmma::mbarrier_expect_tx(full, kSmemKV);
+#pragma unroll
+    for (int cb = 0; cb < kColBlocks; ++cb) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        wgmma::tma_load_4d(dst + cb * kBlockN * 128 + half * 64 * 128, map, full, cb * 64, kv_head,
+                           key0 + half * 64, slot);
+      }
+    }
+  }
+
+  static __device__ void produce(const AttentionParams& p, const Smem& sm, int lane) {
+    const T* k_base = static_cast<const T*>(p.kv.k);
+    const T* v_base = static_cast<const T*>(p.kv.v);
+    if (lane == 0) {
+      ws::prefetch_tensor_map(&p.q_tma);
+      ws::prefetch_tensor_map(&p.kv_tma.k);
+      ws::prefetch_tensor_map(&p.kv_tma.v);
+    }
+    const int num_tiles = p.num_prefill_items * p.num_q_heads;
+    std::uint32_t q_phase = 0;
+    ws::RingState<kStages> ring;
+    for (int t = static_cast<int>(blockIdx.x); t < num_tiles; t += static_cast<int>(gridDim.x)) {
+      const Tile tile = tile_at(p, t);
+      const int kv_head = tile.q_head / p.group_size;
+      const int slot = tile.seq.slot;
+      // Q: free once both consumers finished the last tile's Q K^T.
+      wgmma::mbarrier_wait(sm.q_empty(), q_phase ^ 1u);
+      if (lane == 0) {
+        wgmma::mbarrier_expect_tx(sm.q_full(), kSmemQ);
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb) {
+          ws::tma_load_3d(sm.q + cb * kBlockM * 128, &p.q_tma, sm.q_full(), cb * 64, tile.q_head,
+                          tile.seq.token_offset + tile.item.q_begin);
+        }
+      }
+      q_phase ^= 1u;
+      for (int b = tile.num_blocks - 1; b >= 0; --b) {
+        const int key0 = tile.item.kv_begin + b * kBlockN;
+        const bool partial = key0 + kBlockN > tile.item.kv_end;
+        const std::uint32_t k_dst = sm.k + ring.stage * kSmemKV;
+        const std::uint32_t v_dst = sm.v + ring.stage * kSmemKV;
+        wgmma::mbarrier_wait(sm.k_empty(ring.stage), ring.phase ^ 1u);
+        if (partial) {
+          load_partial(k_dst, k_base, p.kv, slot, kv_head, key0, tile.item.kv_end,
+                       sm.k_full(ring.stage), lane);
+        } else if (lane == 0) {
+          load_block_tma(k_dst, &p.kv_tma.k, sm.k_full(ring.stage), slot, kv_head, key0);
+        }
+        wgmma::mbarrier_wait(sm.v_empty(ring.stage), ring.phase ^ 1u);
+        if (partial) {
+          load_partial(v_dst, v_base, p.kv, slot, kv_head, key0, tile.item.kv_end,
+                       sm.v_full(ring.stage), lane);
+        } else if (lane == 0) {
+          load_block_tma(v_dst, &p.kv_tma.v, sm.v_full(ring.stage), slot, kv_head, key0);
+        }
+        ring.advance();
+      }
+    }
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // Consumers.
+  // ----------------------------------------------------------------------------------------
+  // Sets S to -inf at keys >= kv_end and above the causal diagonal. `pos0`:
+  // absolute position of this thread's first row (its second is pos0 + 8).
+  static __device__ __forceinline__ void mask_block(float (&s)[kSAcc], int key0, int kv_end,
+                                                    int pos0, int lane) {
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + j * 8 + (lane % 4) * 2 + (e & 1);
+        const int pos = pos0 + 8 * (e / 2);
+        if (key >= kv_end || key > pos) s[4 * j + e] = -INFINITY;
+      }
+    }
+  }
+
+  // Folds S (raw scores) into the running max and sum of this thread's two
+  // rows; S becomes exp2(S * scale - max); `correction` rescales O.
+  static __device__ __forceinline__ void online_softmax(float (&s)[kSAcc], float (&row_max)[2],
+                                                        float (&row_sum)[2], float (&correction)[2],
+                                                        float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float block_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      }
+      block_max = quad_max(block_max) * scale_log2;
+      const float new_max = fmaxf(row_max[h], block_max);
+      // A row with every key so far masked keeps max -inf: exponents of 0
+      // (not NaN) until a key arrives.
+      const float base = new_max == -INFINITY ? 0.f : new_max;
+      correction[h] = exp2_approx(row_max[h] - base);
+      row_max[h] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -base));
+          s[4 * j + 2 * h + e] = pr;
+          sum += pr;
+        }
+      }
+      row_sum[h] = row_sum[h] * correction[h] + sum;
+    }
+  }
+
+  static __device__ __forceinline__ void rescale(float (&o)[kOAcc], const float (&correction)[2]) {
+    // Skipped when no row of the warp raised its max (a correction of exactly 1).
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          o[4 * d + 2 * h] *= correction[h];
+          o[4 * d + 2 * h + 1] *= correction[h];
+        }
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void to_pa(const float (&s)[kSAcc],
+                                               std::uint32_t (&pa)[kPSteps][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      pa[kk][0] = E::pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = E::pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = E::pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = E::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+  // Issues S = Q_w K^T (the caller fences and commits).
+  static __device__ __forceinline__ void issue_qk(float (&s)[kSAcc], std::uint64_t desc_q,
+                                                  std::uint64_t desc_k) {
+    using Ops = wgmma::WgmmaOps<T>;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const std::uint32_t a_off = (ks / 4) * kBlockM * 128 + (ks % 4) * 32;
+      const std::uint32_t b_off = (ks / 4) * kBlockN * 128 + (ks % 4) * 32;
+      if (ks == 0) {
+        Ops::ss_n128_first(s, desc_q + (a_off >> 4), desc_k + (b_off >> 4));
+      } else {
+        Ops::ss_n128(s, desc_q + (a_off >> 4), desc_k + (b_off >> 4));
+      }
+    }
+  }
+  // Issues O += P V.
+  static __device__ __forceinline__ void issue_pv(float (&o)[kOAcc],
+                                                  const std::uint32_t (&pa)[kPSteps][4],
+                                                  std::uint64_t desc_v) {
+    using Ops = wgmma::WgmmaOps<T>;
+#pragma unroll
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      const std::uint64_t b = desc_v + ((kk * 16 * 128) >> 4);
+      if constexpr (kHeadDim == 128) {
+        Ops::rs_n128(o, pa[kk], b, 1);
+      } else {
+        Ops::rs_n64(o, pa[kk], b, 1);
+      }
+    }
+  }
+#endif
+
+  // One lane per warp arrives on an empty barrier (8 arrivals complete it).
+  static __device__ __forceinline__ void release(std::uint32_t bar, int lane) {
+    if (lane == 0) ws::mbarrier_arrive(bar);
+  }
+
+  static __device__ void consume(const AttentionParams& p, const Smem& sm, char* smem, int wg,
+                                 int tid_wg) {
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+    const int warp = tid_wg / 32;  // within the warpgroup
+    const int lane = tid_wg % 32;
+    const int other = 1 - wg;
+    const int num_tiles = p.num_prefill_items * p.num_q_heads;
+    // K-major Q and K: LBO unused, SBO = 8 rows of 128 bytes. V: MN-major, the
+    // next 64 dims a column block (kBlockN rows) further, the next 8 keys 1024 B.
+    const std::uint64_t desc_q = wgmma::make_desc(sm.q + wg * 64 * 128, 16, 1024);
+    std::uint32_t q_phase = 0;
+    ws::RingState<kStages> ring;
+    // Consumer 0 issues first.
+    if (wg == 1) ws::named_arrive(ws::kTurnBarrier0, kConsumerThreads);
+    for (int t = static_cast<int>(blockIdx.x); t < num_tiles; t += static_cast<int>(gridDim.x)) {
+      const Tile tile = tile_at(p, t);
+      const int kv_end = tile.item.kv_end;
+      const int row_base = wg * 64 + warp * 16;  // first tile row of this warp
+      const int pos_warp = tile.seq.cached_len + tile.item.q_begin + row_base;
+      const int pos0 = pos_warp + lane / 4;
+      float o[kOAcc];
+#pragma unroll
+      for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
+      float row_max[2] = {-INFINITY, -INFINITY};
+      float row_sum[2] = {0.f, 0.f};
+      float correction[2];
+      float s[kSAcc];
+      std::uint32_t pa[kPSteps][4];
+
+      wgmma::mbarrier_wait(sm.q_full(), q_phase);
+      q_phase ^= 1u;
+
+      // The first (last in key order) block: S, softmax, P.
+      int b = tile.num_blocks - 1;
+      int key0 = tile.item.kv_begin + b * kBlockN;
+      wgmma::mbarrier_wait(sm.k_full(ring.stage), ring.phase);
+      ws::named_sync(ws::kTurnBarrier0 + wg, kConsumerThreads);
+      wgmma::fence();
+      issue_qk(s, desc_q, wgmma::make_desc(sm.k + ring.stage * kSmemKV, 16, 1024));
+      wgmma::commit();
+      ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      release(sm.k_empty(ring.stage), lane);
+      if (b == 0) release(sm.q_empty(), lane);
+      mask_block(s, key0, kv_end, pos0, lane);
+      online_softmax(s, row_max, row_sum, correction, p.scale_log2);
+      to_pa(s, pa);
+      ws::RingState<kStages> v_ring = ring;  // the stage of the V that P multiplies
+      ring.advance();
+
+      for (--b; b >= 0; --b) {
+        key0 = tile.item.kv_begin + b * kBlockN;
+        wgmma::mbarrier_wait(sm.k_full(ring.stage), ring.phase);
+        wgmma::mbarrier_wait(sm.v_full(v_ring.stage), v_ring.phase);
+        ws::named_sync(ws::kTurnBarrier0 + wg, kConsumerThreads);
+        wgmma::fence_operands(o);
+        wgmma::fence();
+        issue_qk(s, desc_q, wgmma::make_desc(sm.k + ring.stage * kSmemKV, 16, 1024));
+        wgmma::commit();
+        issue_pv(o, pa, wgmma::make_desc(sm.v + v_ring.stage * kSmemKV, kBlockN * 128, 1024));
+        wgmma::commit();
+        ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
+        wgmma::wait<1>();  // S done; P V may still run
+        wgmma::fence_operands(s);
+        release(sm.k_empty(ring.stage), lane);
+        if (b == 0) release(sm.q_empty(), lane);
+        // Masks only where the block crosses the diagonal or the split's end.
+        if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > pos_warp) {
+          mask_block(s, key0, kv_end, pos0, lane);
+        }
+        online_softmax(s, row_max, row_sum, correction, p.scale_log2);
+        wgmma::wait<0>();  // P V done: O and the V stage are free
+        wgmma::fence_operands(o);
+        release(sm.v_empty(v_ring.stage), lane);
+        rescale(o, correction);
+        to_pa(s, pa);
+        v_ring = ring;
+        ring.advance();
+      }
+      // The last P V.
+      wgmma::mbarrier_wait(sm.v_full(v_ring.stage), v_ring.phase);
+      ws::named_sync(ws::kTurnBarrier0 + wg, kConsumerThreads);
+      wgmma::fence_operands(o);
+      wgmma::fence();
+      issue_pv(o, pa, wgmma::make_desc(sm.v + v_ring.stage * kSmemKV, kBlockN * 128, 1024));
+      wgmma::commit();
+      ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      release(sm.v_empty(v_ring.stage), lane);
+
+      write_output(p, tile, o, row_max, row_sum, sm, smem, wg, warp, lane, tid_wg);
+    }
+#else
+    (void)p, (void)sm, (void)smem, (void)wg, (void)tid_wg;
+#endif
+  }
+
+  static __device__ __forceinline__ void write_output(const AttentionParams& p, const Tile& tile,
+                                                      const float (&o)[kOAcc],
+                                                      const float (&row_max)[2],
+                                                      float (&row_sum)[2], const Smem& sm,
+                                                      char* smem, int wg, int warp, int lane,
+                                                      int tid_wg) {
+    const int num_rows = min(kBlockM, tile.seq.num_new - tile.item.q_begin);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_sum[h] = quad_sum(row_sum[h]);
+    if (tile.item.partial_row < 0) {
+      // Normalize, convert, stage the warpgroup's 64 rows (swizzled 16-byte
+      // chunks) and write them with coalesced 16-byte stores.
+      char* staging = smem + (sm.o - sm.q);
+      ws::named_sync(ws::kEpilogueBarrier0 + wg, 128);  // the last tile's stores read it
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
+        const int row = wg * 64 + warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+        for (int d = 0; d < kHeadDim / 8; ++d) {
+          const int col = d * 8 + (lane % 4) * 2;
+          *reinterpret_cast<std::uint32_t*>(staging + Staging::offset(row, col / 8) +
+                                            (col % 8) * 2) =
+              E::pack(o[4 * d + 2 * h] * inv, o[4 * d + 2 * h + 1] * inv);
+        }
+      }
+      ws::named_sync(ws::kEpilogueBarrier0 + wg, 128);
+      T* out_tile = static_cast<T*>(p.out) +
+                    static_cast<std::int64_t>(tile.seq.token_offset + tile.item.q_begin) *
+                        p.out_token_stride +
+                    static_cast<std::int64_t>(tile.q_head) * kHeadDim;
+      constexpr int kRowsPerPass = 128 / kRowChunks;
+      const int chunk = tid_wg % kRowChunks;
+#pragma unroll
+      for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+        const int row = wg * 64 + pass * kRowsPerPass + tid_wg / kRowChunks;
+        if (row < num_rows) {
+          *reinterpret_cast<uint4*>(out_tile + static_cast<std::int64_t>(row) * p.out_token_stride +
+                                    chunk * 8) =
+              *reinterpret_cast<const uint4*>(staging + Staging::offset(row, chunk));
+        }
+      }
+    } else {
+      // One KV split: fp32 normalized rows and their log2-sum-exp.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = wg * 64 + warp * 16 + lane / 4 + 8 * h;
+        if (row >= num_rows) continue;
+        const float sum = row_sum[h];
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const std::int64_t prow =
+            static_cast<std::int64_t>(tile.item.partial_row + row) * p.num_q_heads + tile.q_head;
+        float* dst = p.plan.partial_o + prow * kHeadDim + (lane % 4) * 2;
+#pragma unroll
+        for (int d = 0; d < kHeadDim / 8; ++d) {
+          *reinterpret_cast<float2*>(dst + d * 8) =
+              make_float2(o[4 * d + 2 * h] * inv, o[4 * d + 2 * h + 1] * inv);
+        }
+        if (lane % 4 == 0) {
+          p.plan.partial_lse[prow] = sum > 0.f ? row_max[h] + __log2f(sum) : -INFINITY;
+        }
+      }
+    }
+  }
+
+  static __device__ void run(const AttentionParams& p, char* smem_raw) {
+#ifdef VPOD_ATTENTION_HAVE_WGMMA
+    const int tid = static_cast<int>(threadIdx.x);
+    const std::uint32_t raw = smem_addr(smem_raw);
+    const std::uint32_t base = (raw + 1023u) & ~1023u;
+    const Smem sm(base);
+    char* smem = smem_raw + (base - raw);
+    if (tid == 0) {
+      wgmma::mbarrier_init(sm.q_full(), 1);
+      wgmma::mbarrier_init(sm.q_empty(), 4 * kConsumers);
+      for (int s = 0; s < kStages; ++s) {
+        wgmma::mbarrier_init(sm.k_full(s), 1);
+        wgmma::mbarrier_init(sm.k_empty(s), 4 * kConsumers);
+        wgmma::mbarrier_init(sm.v_full(s), 1);
+        wgmma::mbarrier_init(sm.v_empty(s), 4 * kConsumers);
+      }
+      wgmma::fence_mbarrier_init();
+    }
+    __syncthreads();
+    const int wg = tid / 128;
+    if (wg == 0) {
+      ws::setmaxnreg_dec<kProducerRegs>();
+      if (tid < 32) produce(p, sm, tid);
+    } else {
+      ws::setmaxnreg_inc<kConsumerRegs>();
+      consume(p, sm, smem, wg - 1, tid % 128);
+    }
+#else
+    (void)p, (void)smem_raw;
+    __trap();  // the launcher never selects this kernel without sm_90a code
+#endif
+  }
+};
+
+// Grid: min(tiles, SMs) persistent CTAs of PrefillWsTile::kThreads.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(PrefillWsTile<T, kHeadDim>::kThreads, 1)
+    prefill_ws_kernel(const __grid_constant__ AttentionParams params) {
+  extern __shared__ __align__(128) char smem[];
+  PrefillWsTile<T, kHeadDim>::run(params, smem);
+}
+
+}  // namespace vpod::attention::device
