@@ -779,6 +779,9 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "contiguous prefill on the one-warpgroup wgmma tile, not the warp-specialized kernel "
       "(comparison)");
   cmd.add_flag_callback(
+      "--ws-head-major", [&options] { options.ws_head_major = true; },
+      "the warp-specialized prefill walks its tiles head-major (experiment)");
+  cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");
   cmd.add_flag_callback(

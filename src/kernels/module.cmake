@@ -27,9 +27,13 @@ function(vpod_flashinfer_objects name archs)
   target_include_directories(${name} SYSTEM PRIVATE ${VPOD_FLASHINFER_INCLUDE_DIRS})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src ${CUDAToolkit_INCLUDE_DIRS})
   # CUTLASS's defaulted host/device constructors (20012) and FlashInfer's
-  # unused variables (177, 550) are theirs, not ours.
-  target_compile_options(${name} PRIVATE --expt-relaxed-constexpr
-    -diag-suppress=20012,177,550)
+  # unused variables (177, 550) are theirs, not ours. -use_fast_math and the
+  # extended sm_90 MMA shapes are what FlashInfer's JIT compiles its kernels
+  # with (flashinfer/jit/core.py): without fast math its exp2f calls are not
+  # ex2.approx.ftz, and its FA3 kernels ran 5-17% slower than FlashInfer ships
+  # them (docs/attention.md).
+  target_compile_options(${name} PRIVATE --expt-relaxed-constexpr -use_fast_math
+    -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -diag-suppress=20012,177,550)
   target_sources(vpod_kernels PRIVATE $<TARGET_OBJECTS:${name}>)
 endfunction()
 

@@ -69,14 +69,13 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     attention::PodOptions pod_options;
     pod_options.mode = hybrid ? attention::AttentionMode::pod : attention::AttentionMode::serial;
     pod_options.device = *pod_device_;
-    pod_options.decode_deep = true;
     pod_options.kernels = options_.kernels;
     VPOD_RETURN_IF_ERROR(plan.pod.build(*step.batch, dims, pod_options));
     plan.kind = StepPlan::Kind::pod;
   } else {
     VPOD_RETURN_IF_ERROR(
         plan.serial.build(*step.batch, dims,
-                          {.num_sms = num_sms_, .decode_deep = true, .kernels = options_.kernels}));
+                          {.num_sms = num_sms_, .kernels = options_.kernels}));
     plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();

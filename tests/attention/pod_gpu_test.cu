@@ -143,10 +143,6 @@ class PodRun {
     counters_ = PodCounters::create(stream_.get()).value();
     k_ = upload(cache_.k);
     v_ = upload(cache_.v);
-    if (testing::is_paged(layout)) {
-      table_ = cuda::DeviceBuffer::allocate(cache_.block_table.size() * 4).value();
-      table_.copy_from_host(cache_.block_table.data(), cache_.block_table.size() * 4);
-    }
     const AttentionPlan& ap = plan_->attention();
     metadata_ =
         cuda::DeviceBuffer::allocate(std::max<std::size_t>(ap.metadata_bytes(), 16)).value();
@@ -159,22 +155,13 @@ class PodRun {
     out_ = cuda::DeviceBuffer::allocate(std::max<std::size_t>(in_.q.size() * 2, 16)).value();
     EXPECT_TRUE(plan_->upload(buffers_, stream_.get()).ok());
     // Append the step's K/V once (both modes read the same cache).
-    const Status appended =
-        testing::is_paged(layout)
-            ? append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
-                        view(v_new_, dims.num_kv_heads), paged_kv(), stream_.get())
-            : append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
-                        view(v_new_, dims.num_kv_heads), kv(), stream_.get());
+    const Status appended = append_kv(ap, buffers_, view(k_new_, dims.num_kv_heads),
+                                      view(v_new_, dims.num_kv_heads), kv(), stream_.get());
     EXPECT_TRUE(appended.ok()) << appended.to_string();
     const TensorView hk(in_.k_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim});
     const TensorView hv(in_.v_new.data(), dims.dtype, {tokens, dims.num_kv_heads, dims.head_dim});
-    const Status host_appended =
-        testing::is_paged(layout)
-            ? reference_append_kv(batch_, dims, hk, hv,
-                                  cache_.paged_view(cache_.k.data(), cache_.v.data(),
-                                                    cache_.block_table.data(), Device::cpu))
-            : reference_append_kv(batch_, dims, hk, hv,
-                                  cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu));
+    const Status host_appended = reference_append_kv(
+        batch_, dims, hk, hv, cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu));
     EXPECT_TRUE(host_appended.ok()) << host_appended.to_string();
   }
 
@@ -195,12 +182,8 @@ class PodRun {
   std::vector<std::uint16_t> run_pod(const PodTrace& trace = {}, bool graph = false) {
     poison();
     auto launch = [&] {
-      const Status s =
-          testing::is_paged(cache_.layout)
-              ? pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), paged_kv(),
-                    view(out_, dims_.num_q_heads), scale(), stream_.get(), trace)
-              : pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), kv(),
-                    view(out_, dims_.num_q_heads), scale(), stream_.get(), trace);
+      const Status s = pod(*plan_, buffers_, counters_, view(q_, dims_.num_q_heads), kv(),
+                           view(out_, dims_.num_q_heads), scale(), stream_.get(), trace);
       EXPECT_TRUE(s.ok()) << s.to_string();
     };
     if (graph) {
@@ -225,12 +208,9 @@ class PodRun {
     if (plan_->config().fused) kernels.ws_prefill = false;
     const AttentionPlan ap = plan_->attention().with_kernel_options(kernels);
     const auto q = view(q_, dims_.num_q_heads), out = view(out_, dims_.num_q_heads);
-    const bool paged = testing::is_paged(cache_.layout);
-    const Status p = paged ? prefill(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
-                           : prefill(ap, buffers_, q, kv(), out, scale(), stream_.get());
+    const Status p = prefill(ap, buffers_, q, kv(), out, scale(), stream_.get());
     EXPECT_TRUE(p.ok()) << p.to_string();
-    const Status d = paged ? decode(ap, buffers_, q, paged_kv(), out, scale(), stream_.get())
-                           : decode(ap, buffers_, q, kv(), out, scale(), stream_.get());
+    const Status d = decode(ap, buffers_, q, kv(), out, scale(), stream_.get());
     EXPECT_TRUE(d.ok()) << d.to_string();
     return finish();
   }
@@ -267,15 +247,9 @@ class PodRun {
     for (auto [buf, precision] : {std::pair{&r.exact, ReferencePrecision::fp64},
                                   std::pair{&r.naive, ReferencePrecision::naive}}) {
       const TensorView o(buf->data(), DType::f32, {tokens, dims_.num_q_heads, dims_.head_dim});
-      const Status s =
-          testing::is_paged(cache_.layout)
-              ? reference_attention(batch_, dims_, q,
-                                    cache_.paged_view(cache_.k.data(), cache_.v.data(),
-                                                      cache_.block_table.data(), Device::cpu),
-                                    o, scale(), precision, ReferencePart::all, rows)
-              : reference_attention(batch_, dims_, q,
-                                    cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu), o,
-                                    scale(), precision, ReferencePart::all, rows);
+      const Status s = reference_attention(
+          batch_, dims_, q, cache_.view(cache_.k.data(), cache_.v.data(), Device::cpu), o, scale(),
+          precision, ReferencePart::all, rows);
       EXPECT_TRUE(s.ok()) << s.to_string();
     }
     return r;
@@ -330,9 +304,6 @@ class PodRun {
                       Device::cuda);
   }
   KvLayerView kv() { return cache_.view(k_.data(), v_.data(), Device::cuda); }
-  PagedKvView paged_kv() {
-    return cache_.paged_view(k_.data(), v_.data(), table_.as<const std::int32_t>(), Device::cuda);
-  }
   void poison() {
     out_.fill_bytes(0xff, stream_.get());  // NaN in fp16 and bf16
     workspace_.fill_bytes(0xff, stream_.get());
@@ -365,7 +336,7 @@ class PodRun {
   std::optional<PodPlan> plan_;
   cuda::Stream stream_;
   PodCounters counters_;
-  cuda::DeviceBuffer k_, v_, table_, metadata_, workspace_, q_, k_new_, v_new_, out_;
+  cuda::DeviceBuffer k_, v_, metadata_, workspace_, q_, k_new_, v_new_, out_;
   AttentionBuffers buffers_;
 };
 
@@ -524,14 +495,14 @@ TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
 }
 
 // >= 200 random hybrid batches: dtypes, head dims, GQA groups (1..20), both
-// layouts and the paged baseline, ratio policies, 1 or 2 decode tiles per
+// vAttention layouts (a paged cache runs FlashInfer's kernels, never POD), ratio policies, 1 or 2 decode tiles per
 // CTA, planner or forced splits, and planned SM counts that force splits.
 TEST(PodGpuTest, RandomHybridBatchesMatchSeparateKernelsAndReference) {
   VPOD_REQUIRE_GPU();
   std::mt19937_64 rng = fresh_rng("random sweep");
   const std::vector<std::pair<int, int>> heads = {{8, 8},  {8, 2}, {16, 2}, {12, 4},
                                                   {32, 4}, {8, 1}, {40, 2}, {32, 8}};
-  const KvLayout layouts[] = {KvLayout::per_layer, KvLayout::all_layers, KvLayout::paged16};
+  const KvLayout layouts[] = {KvLayout::per_layer, KvLayout::all_layers};
   constexpr int kBatches = 200;
   int failures = 0;
   for (int b = 0; b < kBatches; ++b) {
@@ -597,7 +568,7 @@ TEST(PodGpuTest, EdgeCases) {
   const Config configs[] = {
       {{32, 8, 128, DType::f16}, 2, PodRatio::proportional, KvLayout::per_layer},
       {{8, 1, 64, DType::bf16}, 1, PodRatio::even, KvLayout::all_layers},
-      {{16, 2, 128, DType::bf16}, 1, PodRatio::proportional, KvLayout::paged16},
+      {{16, 2, 128, DType::bf16}, 1, PodRatio::proportional, KvLayout::all_layers},
   };
   for (const EdgeCase& c : cases) {
     for (const Config& cfg : configs) {
@@ -623,7 +594,7 @@ TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
     auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
     const AttentionDims dims{b % 3 == 0 ? 8 : 32, b % 3 == 0 ? 8 : 4 << pick(2), pick(2) ? 128 : 64,
                              pick(2) ? DType::f16 : DType::bf16};
-    const KvLayout layout = b % 2 ? KvLayout::paged16 : KvLayout::per_layer;
+    const KvLayout layout = b % 2 ? KvLayout::all_layers : KvLayout::per_layer;
     std::vector<SeqSpec> prefills = {{pick(700), 1 + pick(400)}};
     if (pick(2)) prefills.push_back({pick(200), 1 + pick(40)});
     std::vector<int> decodes;
@@ -655,8 +626,8 @@ TEST(PodGpuTest, SmallBatchForSanitizer) {
     const HybridBatch batch = make_batch({{70, 130}, {0, 3}}, {1, 100, 300});
     PodOptions options = options_for(dims, v);
     options.decode_splits = 2;  // one split decode: the combine path too
-    PodRun run(dims, KvLayout::paged16, batch, options, rng);
-    EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::paged16, v)));
+    PodRun run(dims, KvLayout::all_layers, batch, options, rng);
+    EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::all_layers, v)));
   }
 }
 
@@ -689,7 +660,7 @@ TEST(PodGpuTest, SerialFallbackAndPlannerChoices) {
     PodOptions options = options_for(dims);
     options.serial_fallback = true;
     options.choose_ratio = true;
-    PodRun run(dims, pick(2) ? KvLayout::paged16 : KvLayout::per_layer, batch, options, rng);
+    PodRun run(dims, pick(2) ? KvLayout::all_layers : KvLayout::per_layer, batch, options, rng);
     fused += run.plan().config().fused;
     EXPECT_TRUE(check_batch(run, rng, "planner choice " + std::to_string(b)));
   }

@@ -817,22 +817,6 @@ TEST(PodPlanTest, SerialModeUsesTheAttentionPlanner) {
   EXPECT_EQ(serial.attention().decode_items().size(), reference.decode_items().size());
 }
 
-// The serial plans a POD plan falls back to pick the deep decode kernel for
-// 16 decodes of 16K (one CTA per SM, unsplit) unless the KV cache is paged:
-// there its single CTA per SM stalls on the block-table lookups, and the
-// paged baseline must not be slowed by a kernel chosen for contiguous K/V.
-TEST(PodPlanTest, SerialPlansLeaveTheDeepDecodeKernelToContiguousCaches) {
-  const AttentionDims dims{32, 8, 128, DType::f16};
-  const HybridBatch decodes = make_batch({}, std::vector<int>(16, 16384));
-  PodOptions o = pod_options();
-  o.mode = AttentionMode::serial;
-  EXPECT_EQ(PodPlan::create(decodes, dims, o)->attention().decode_kernel(),
-            DecodeKernel::tile_deep);
-  o.decode_deep = false;
-  EXPECT_NE(PodPlan::create(decodes, dims, o)->attention().decode_kernel(),
-            DecodeKernel::tile_deep);
-}
-
 TEST(PodPlanTest, RejectsBadOptions) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch batch = make_batch({{0, 10}}, {10});

@@ -470,13 +470,6 @@ TEST(AttentionPlanTest, PicksTheDeepKernelForUnsplitDecodesThatFitTheSms) {
             DecodeKernel::tile_deep);
   EXPECT_EQ(plan_for(few, h200(), {32, 8, 64, DType::f16}).decode_kernel(),
             DecodeKernel::tile_deep);
-  // Not for a plan that opts out (a paged KV cache): split on the tile kernel.
-  PlanOptions paged = h200();
-  paged.decode_deep = false;
-  const AttentionPlan no_deep = plan_for(few, paged);
-  EXPECT_EQ(no_deep.decode_kernel(), DecodeKernel::tile);
-  EXPECT_EQ(no_deep.decode_items().size(), 32u);
-  EXPECT_EQ(no_deep.decode_cluster_size(), 2);
   // A smaller GPU (114 SMs): 128 units do not fit one per SM.
   PlanOptions small = h200();
   small.num_sms = 114;
@@ -618,6 +611,8 @@ struct LaunchFixture {
                            plan.workspace_bytes()};
   TensorView q{fake(0x300000), DType::f16, {302, 32, 128}, Device::cuda};
   TensorView out{fake(0x400000), DType::f16, {302, 32, 128}, Device::cuda};
+  TensorView k_new{fake(0x800000), DType::f16, {302, 8, 128}, Device::cuda};
+  TensorView v_new{fake(0x900000), DType::f16, {302, 8, 128}, Device::cuda};
   KvLayerView kv = [] {
     KvLayerView v;
     v.k = fake(0x500000);
@@ -724,10 +719,11 @@ TEST(AttentionLaunchTest, RejectsMismatchedKv) {
             StatusCode::invalid_argument);
 }
 
+// The paged append (vpod writes FlashInfer's pages) validates the view.
 TEST(AttentionLaunchTest, RejectsMismatchedPagedKv) {
   LaunchFixture f;
   auto run = [&](const PagedKvView& kv) {
-    return prefill(f.plan, f.buffers, f.q, kv, f.out, 0.1f, nullptr).code();
+    return append_kv(f.plan, f.buffers, f.k_new, f.v_new, kv, nullptr).code();
   };
   PagedKvView kv = f.paged;
   kv.block_size = 24;

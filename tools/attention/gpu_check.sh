@@ -3,7 +3,8 @@
 #   tools/attention/gpu_check.sh BUILD_ARCHIVE OUT_DIR [STAGES]
 # BUILD_ARCHIVE: tools/seam/pack_build.sh's archive of /work/main/build (for
 # the FA3 peer column, configured with -DVPOD_BENCH_PEERS=ON).
-# STAGES (comma list, default tests,sanitize,bench):
+# STAGES (comma list, default tests,sanitize,bench,pod; also profile: ncu on one
+# launch of the warp-specialized kernel):
 #   tests:    ctest -L gpu -R 'Attention|Pod' (the kernels' GPU tests)
 #   sanitize: compute-sanitizer memcheck and racecheck on small shapes of the
 #             warp-specialized prefill (a persistent CTA walks several tiles)
@@ -11,10 +12,13 @@
 #             warp-specialized kernel (per_layer), the one-warpgroup tile
 #             (per_layer-tile), FlashInfer FA3 single prefill (fi_fa3) and
 #             FA3 paged (paged16), one run each
+#   pod:      vpod bench pod: the four named hybrid cases and a 100-case sweep,
+#             POD (its prefill side the one-warpgroup tile) against serial
+#             (the warp-specialized prefill + decode)
 set -uo pipefail
 archive=$(realpath "$1")
 out=${2:-/tmp/attention-check}
-stages=${3:-tests,sanitize,bench}
+stages=${3:-tests,sanitize,bench,pod}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 source "$repo/tools/seam/unpack_build.sh" "$archive" "$repo"
 mkdir -p "$out"
@@ -52,4 +56,25 @@ if has bench; then
       --json "$out/attention_$dtype.json" > "$out/attention_$dtype.txt" 2>&1
     echo "rc=$?"; grep -vE "^(decode)" "$out/attention_$dtype.txt" | tail -22
   done
+fi
+
+if has pod; then
+  echo "== bench pod"
+  timeout 300 "$vpod" bench pod --sweep ${POD_SWEEP:-100} --json "$out/pod.json" > "$out/pod.txt" 2>&1
+  echo "rc=$?"; grep -E "^(named|c[0-9]|chunk|mean|median|min|max|sweep|case)|speedup|within" "$out/pod.txt" | head -20
+  head -12 "$out/pod.txt"; tail -8 "$out/pod.txt"
+fi
+
+if has profile; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "== ncu ($ncu_bin): the warp-specialized prefill on ${PROFILE_CASE:-prefill 16384}"
+  if [[ -n "$ncu_bin" ]]; then
+    timeout 240 "$ncu_bin" --kernel-name regex:prefill_ws --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+      --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis \
+      "$vpod" bench attention --case "${PROFILE_CASE:-prefill 16384}" --layouts per_layer \
+      --dtype bf16 --min-iters 1 --max-iters 1 > "$out/ncu.txt" 2>&1
+    echo "ncu rc=$?"
+    grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|Pipe|Stall|Warp Cycles|Eligible|Issued Warp|No Eligible|Executed Ipc|L2 Hit|DRAM Throughput|Tensor|MUFU|XU|FMA" "$out/ncu.txt" | head -60
+  fi
 fi

@@ -3,8 +3,9 @@
 // One engine step:
 //   1. plan.build(batch, dims, {.num_sms = gpu.sm_count});   (CPU, once; reuses the plan's memory)
 //   2. plan.upload(buffers, stream);                          (once per step)
-//   3. per layer: append_kv(...); prefill(...); decode(...);   (each overloaded on the
-//      KV view: KvLayerView, or PagedKvView for a block table)
+//   3. per layer: append_kv(...); prefill(...); decode(...);   (on a KvLayerView; a
+//      paged cache runs FlashInfer's kernels, flashinfer/paged_plan.h, and only
+//      append_kv takes its PagedKvView)
 // The plan holds every tile, split and combine decision for the step; every
 // layer reuses it. Launchers validate shapes, strides and dtypes and return a
 // Status on a mismatch; they allocate nothing (metadata and workspace come in
@@ -16,8 +17,7 @@
 //               (prefill chunks' tokens first, then one token per decode,
 //               in HybridBatch order)
 //   k_new/v_new [num_tokens, num_kv_heads, head_dim], token stride free
-//   K/V cache   KvLayerView (contiguous per slot; both vAttention layouts) or
-//               PagedKvView (block table; the PagedAttention baseline)
+//   K/V cache   KvLayerView (contiguous per slot; both vAttention layouts)
 // Query i of a sequence sits at position cached_len + i and attends to
 // positions [0, cached_len + i] (bottom-right causal); a decode attends to its
 // whole context. The new tokens' K/V must be appended before attention runs.
@@ -52,8 +52,9 @@ struct AttentionDims {
 // Checks heads, head_dim and dtype against what the kernels support.
 Status validate_dims(const AttentionDims& dims);
 
-// PagedKvView (the paged baseline's block table) is vpod::PagedKvView in
-// common/kv_view.h.
+// PagedKvView (the paged baseline's block table, common/kv_view.h) is read
+// by FlashInfer's kernels (flashinfer/paged_plan.h); vpod's append_kv writes
+// its pages.
 
 // The decode kernel a plan is cut for (docs/attention.md).
 enum class DecodeKernel {
@@ -90,6 +91,9 @@ struct KernelOptions {
   // TMA producer, two ping-ponging consumer warpgroups, persistent) where the
   // GPU runs it and TMA descriptors exist; false: the one-warpgroup wgmma tile.
   bool ws_prefill = true;
+  // The warp-specialized kernel's tile order: head-major instead of
+  // item-major (experiment: fewer KV heads' K/V in flight in L2).
+  bool ws_head_major = false;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.
   bool decode_merge_in_kernel = true;
@@ -111,11 +115,6 @@ struct PlanOptions {
   // (decode_cluster_size()); false keeps the arrival-counter merge through
   // global memory.
   bool decode_cluster_merge = true;
-  // Let the automatic plan pick DecodeKernel::tile_deep (16 x 16K). Its one
-  // CTA per SM stalls on a paged view's per-row block-table lookups
-  // (docs/attention.md, *Paged views*): a plan for a paged KV cache should
-  // pass false.
-  bool decode_deep = true;
   // How the launchers run the plan (carried by it).
   KernelOptions kernels{};
 };
@@ -239,7 +238,7 @@ class AttentionPlan {
 // ---------------------------------------------------------------------------
 
 // Writes every new token's K and V (prefill chunks and decodes) into the cache
-// at (slot, cached_len + i).
+// at (slot, cached_len + i); into a paged cache's pages through its table.
 Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
                  const TensorView& k_new, const TensorView& v_new, const KvLayerView& kv,
                  cudaStream_t stream);
@@ -252,16 +251,10 @@ Status append_kv(const AttentionPlan& plan, const AttentionBuffers& buffers,
 Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
                const KvLayerView& kv, const TensorView& out, float softmax_scale,
                cudaStream_t stream);
-Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-               const PagedKvView& kv, const TensorView& out, float softmax_scale,
-               cudaStream_t stream);
 
 // Attention of the decodes' queries (the last num_decode_tokens rows).
 Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
               const KvLayerView& kv, const TensorView& out, float softmax_scale,
-              cudaStream_t stream);
-Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-              const PagedKvView& kv, const TensorView& out, float softmax_scale,
               cudaStream_t stream);
 
 }  // namespace vpod::attention

@@ -113,7 +113,7 @@ template <typename T, int kHeadDim>
 bool wgmma_prefill_runs_here() {
   static const bool runs = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<T, kHeadDim>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -172,14 +172,12 @@ Status launch_prefill_typed(const AttentionParams& params, const KernelOptions& 
                             int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (options.wgmma_prefill && options.ws_prefill && params.q_tma_valid != 0 &&
-        params.kv_tma.valid != 0 && params.kv.block_table == nullptr &&
-        ws_prefill_runs_here<T, kHeadDim>()) {
+        params.kv_tma.valid != 0 && ws_prefill_runs_here<T, kHeadDim>()) {
       return launch_prefill_ws<T, kHeadDim>(params, stream);
     }
     if (options.wgmma_prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
-      auto* kernel = params.kv.block_table == nullptr ? prefill_wgmma_kernel<T, kHeadDim, false>
-                                                      : prefill_wgmma_kernel<T, kHeadDim, true>;
+      auto* kernel = prefill_wgmma_kernel<T, kHeadDim>;
       VPOD_CUDA_RETURN_IF_ERROR(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
           StatusCode::internal);
@@ -247,13 +245,8 @@ Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
                                                         Tile::kThreads, Tile::kSmemBytes),
           StatusCode::internal);
     } else if (kind == detail::KernelKind::prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
-      // The fewer CTAs of the two instantiations (contiguous, paged).
-      constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
-      VPOD_ASSIGN_OR_RETURN(const int contiguous,
-                            fit_per_sm(prefill_wgmma_kernel<T, kHeadDim, false>, kSmem));
-      VPOD_ASSIGN_OR_RETURN(const int paged,
-                            fit_per_sm(prefill_wgmma_kernel<T, kHeadDim, true>, kSmem));
-      ctas = std::min(contiguous, paged);
+      VPOD_ASSIGN_OR_RETURN(ctas, fit_per_sm(prefill_wgmma_kernel<T, kHeadDim>,
+                                             PrefillWgmmaTile<T, kHeadDim>::kSmemBytes));
     } else if (kind == detail::KernelKind::prefill) {
       VPOD_ASSIGN_OR_RETURN(
           ctas, fit_per_sm(prefill_kernel<T, kHeadDim>, PrefillTile<T, kHeadDim>::kSmemBytes));

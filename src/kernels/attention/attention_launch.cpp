@@ -104,6 +104,7 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
       encode_q_tensor_map(q, plan.num_tokens(), p.q_tma).ok()) {
     p.q_tma_valid = 1;
   }
+  p.ws_head_major = plan.kernel_options().ws_head_major ? 1 : 0;
   const AttentionDims& dims = plan.dims();
   const KernelOptions& options = plan.kernel_options();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
@@ -300,15 +301,6 @@ Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const
                      stream);
 }
 
-Status prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-               const PagedKvView& kv, const TensorView& out, float softmax_scale,
-               cudaStream_t stream) {
-  VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
-  VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_prefill(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv),
-                     KvTensorMaps{}, stream);
-}
-
 Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
               const KvLayerView& kv, const TensorView& out, float softmax_scale,
               cudaStream_t stream) {
@@ -316,14 +308,6 @@ Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const 
   VPOD_RETURN_IF_ERROR(validate_kv_view(kv, plan));
   return run_decode(plan, buffers, q, out, softmax_scale, detail::contiguous_addressing(kv),
                     stream);
-}
-
-Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const TensorView& q,
-              const PagedKvView& kv, const TensorView& out, float softmax_scale,
-              cudaStream_t stream) {
-  VPOD_RETURN_IF_ERROR(check_attention_inputs(plan, buffers, q, out, softmax_scale));
-  VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan));
-  return run_decode(plan, buffers, q, out, softmax_scale, detail::paged_addressing(kv), stream);
 }
 
 namespace detail {

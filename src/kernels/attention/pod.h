@@ -83,9 +83,6 @@ struct PodOptions {
   // those instead (PodConfig::fused = false), so POD is never planned slower
   // than serial. false: always the fused kernel.
   bool serial_fallback = true;
-  // The serial plans (mode serial, the fallback) may pick the deep decode
-  // kernel (PlanOptions::decode_deep); false for a paged KV cache.
-  bool decode_deep = true;
   // Format PodConfig::reason (benchmarks, tests); off, a step formats nothing.
   bool explain = false;
   // How the launchers run the plan (PlanOptions::kernels).
@@ -195,16 +192,10 @@ struct PodTrace {
 Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
            const TensorView& q, const KvLayerView& kv, const TensorView& out, float softmax_scale,
            cudaStream_t stream, const PodTrace& trace = {});
-Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
-           const TensorView& q, const PagedKvView& kv, const TensorView& out, float softmax_scale,
-           cudaStream_t stream, const PodTrace& trace = {});
 
 // The step's attention in the plan's mode: pod(), or prefill() then decode().
 Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
                         const PodCounters& counters, const TensorView& q, const KvLayerView& kv,
-                        const TensorView& out, float softmax_scale, cudaStream_t stream);
-Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
-                        const PodCounters& counters, const TensorView& q, const PagedKvView& kv,
                         const TensorView& out, float softmax_scale, cudaStream_t stream);
 
 }  // namespace vpod::attention

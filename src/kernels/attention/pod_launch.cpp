@@ -167,32 +167,8 @@ Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounte
                  maps, stream, trace);
 }
 
-Status pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCounters& counters,
-           const TensorView& q, const PagedKvView& kv, const TensorView& out, float softmax_scale,
-           cudaStream_t stream, const PodTrace& trace) {
-  VPOD_RETURN_IF_ERROR(check_inputs(plan, buffers, q, out, softmax_scale));
-  if (!plan.config().fused) {  // the serial fallback
-    VPOD_RETURN_IF_ERROR(prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
-    return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
-  }
-  VPOD_RETURN_IF_ERROR(validate_paged_kv_view(kv, plan.attention()));
-  VPOD_RETURN_IF_ERROR(check_counters(plan, counters, trace));
-  return run_pod(plan, buffers, counters, q, out, softmax_scale, detail::paged_addressing(kv),
-                 KvTensorMaps{}, stream, trace);
-}
-
 Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
                         const PodCounters& counters, const TensorView& q, const KvLayerView& kv,
-                        const TensorView& out, float softmax_scale, cudaStream_t stream) {
-  if (plan.mode() == AttentionMode::pod) {
-    return pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);
-  }
-  VPOD_RETURN_IF_ERROR(prefill(plan.attention(), buffers, q, kv, out, softmax_scale, stream));
-  return decode(plan.attention(), buffers, q, kv, out, softmax_scale, stream);
-}
-
-Status hybrid_attention(const PodPlan& plan, const AttentionBuffers& buffers,
-                        const PodCounters& counters, const TensorView& q, const PagedKvView& kv,
                         const TensorView& out, float softmax_scale, cudaStream_t stream) {
   if (plan.mode() == AttentionMode::pod) {
     return pod(plan, buffers, counters, q, kv, out, softmax_scale, stream);

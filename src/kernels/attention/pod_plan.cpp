@@ -355,7 +355,6 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                                      {.num_sms = dev.num_sms,
                                       .prefill_splits = options.prefill_splits,
                                       .decode_splits = options.decode_splits,
-                                      .decode_deep = options.decode_deep,
                                       .kernels = options.kernels}));
     if (options.explain) {
       config.reason = "serial: prefill and decode kernels with the attention planner's splits";
@@ -574,7 +573,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
     VPOD_RETURN_IF_ERROR(plan_.build(
         batch, dims,
-        {.num_sms = dev.num_sms, .decode_deep = options.decode_deep, .kernels = options.kernels}));
+        {.num_sms = dev.num_sms, .kernels = options.kernels}));
     config.fused = false;
     config.wgmma_prefill = dev.wgmma_prefill;  // the standalone prefill's tile too
     if (options.explain) {

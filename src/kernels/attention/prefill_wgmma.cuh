@@ -17,16 +17,16 @@
 // buffer is fenced to the async proxy before a wgmma reads it.
 //
 // Numerics equal PrefillTile's up to the order of the fp32 accumulation
-// inside each product; paged and contiguous K/V run the same code (only the
-// row addresses differ), so they stay bit-identical.
+// inside each product. K/V are contiguous (a vAttention view; a paged cache
+// runs FlashInfer's kernels).
 //
-// Contiguous K/V with TMA descriptors (AttentionParams::kv_tma): every key
-// block after the first visited one is a whole 64-key block inside the
-// sequence's mapped tokens, so one thread loads it with four TMA copies (K and
-// V, two 64-dim column blocks each, landing in the swizzled layout above) that
-// complete on the stage's mbarrier; the warps issue no loads. The first block
-// (possibly partial: keys past kv_end must read as zero, not as whatever the
-// virtual tensor holds there) and every paged block use cp.async.
+// With TMA descriptors (AttentionParams::kv_tma): every key block after the
+// first visited one is a whole 64-key block inside the sequence's mapped
+// tokens, so one thread loads it with four TMA copies (K and V, two 64-dim
+// column blocks each, landing in the swizzled layout above) that complete on
+// the stage's mbarrier; the warps issue no loads. The first block (possibly
+// partial: keys past kv_end must read as zero, not as whatever the virtual
+// tensor holds there) uses cp.async.
 //
 // Compiled for sm_90a only (wgmma); other targets get a body that traps, and
 // the launcher selects this kernel only where the device runs sm_90a code.
@@ -314,31 +314,20 @@ struct PrefillWgmmaTile {
   }
 
   // Loads key block [key0, key0 + 64) (K or V); keys >= kv_end are zero-filled.
-  template <bool kPaged>
   static __device__ __forceinline__ void load_keys(std::uint32_t dst, const T* base,
                                                    const KvAddressing& kv, int slot, int kv_head,
                                                    int key0, int kv_end, int tid) {
     const int chunk = tid % kRowChunks;
     const int row0 = tid / kRowChunks;
     const std::uint32_t dst0 = dst + offset<kBlockN>(row0, chunk);
-    if constexpr (!kPaged) {
-      const T* src = base + static_cast<std::int64_t>(slot) * kv.outer_stride +
-                     static_cast<std::int64_t>(kv_head) * kv.head_stride +
-                     static_cast<std::int64_t>(key0 + row0) * kv.token_stride + chunk * 8;
-      const std::int64_t step = static_cast<std::int64_t>(kPass) * kv.token_stride;
+    const T* src = base + static_cast<std::int64_t>(slot) * kv.outer_stride +
+                   static_cast<std::int64_t>(kv_head) * kv.head_stride +
+                   static_cast<std::int64_t>(key0 + row0) * kv.token_stride + chunk * 8;
+    const std::int64_t step = static_cast<std::int64_t>(kPass) * kv.token_stride;
 #pragma unroll
-      for (int i = 0; i < kBlockN / kPass; ++i) {
-        const bool valid = key0 + row0 + i * kPass < kv_end;
-        cp_async_16(dst0 + i * kPass * 128, valid ? src + i * step : base, valid);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kBlockN / kPass; ++i) {
-        const int key = key0 + row0 + i * kPass;
-        const bool valid = key < kv_end;
-        const std::int64_t off = valid ? kv_offset(kv, slot, key, kv_head) + chunk * 8 : 0;
-        cp_async_16(dst0 + i * kPass * 128, base + off, valid);
-      }
+    for (int i = 0; i < kBlockN / kPass; ++i) {
+      const bool valid = key0 + row0 + i * kPass < kv_end;
+      cp_async_16(dst0 + i * kPass * 128, valid ? src + i * step : base, valid);
     }
   }
 
@@ -428,7 +417,6 @@ struct PrefillWgmmaTile {
   }
 #endif
 
-  template <bool kPaged>
   static __device__ void run(const AttentionParams& p, const PrefillWorkItem& item, int q_head,
                              char* smem_raw, int tid, const WgmmaKnobs& knobs) {
 #ifdef VPOD_ATTENTION_HAVE_WGMMA
@@ -467,15 +455,9 @@ struct PrefillWgmmaTile {
     }
     const int block_min = item.kv_begin / kBlockN;
     const int block_end = (item.kv_end + kBlockN - 1) / kBlockN;
-    // Contiguous K/V stream through two stages, each block's K and V loaded a
-    // whole block ahead. A paged row's address waits for its block-table
-    // entry, and issuing two blocks' worth of such loads at once stalls the
-    // warps before the MMAs (slower, docs/attention.md), so the paged
-    // walk keeps one stage: V is loaded at the top of a block, the next K once
-    // this block's S has read K.
-    constexpr bool kTwoStages = !kPaged;
-    // TMA for the blocks after the first (contiguous K/V with descriptors).
-    const bool tma = !kPaged && p.kv_tma.valid != 0;
+    // K/V stream through two stages, each block's K and V loaded a whole
+    // block ahead; TMA for the blocks after the first where descriptors exist.
+    const bool tma = p.kv_tma.valid != 0;
     const std::uint32_t s_bar = s_kv + 2 * kSmemStage;  // mbarrier of stage s: s_bar + 8 s
     if (tma && tid == 0) {
       wgmma::mbarrier_init(s_bar, 1);
@@ -484,13 +466,10 @@ struct PrefillWgmmaTile {
     }
     std::uint32_t parity = 0;  // bit s: parity of the next phase stage s's barrier completes
     const int first = block_end - 1;
-    const std::uint32_t first_stage = s_kv + (kTwoStages ? (first & 1) * kSmemStage : 0);
-    load_keys<kPaged>(first_stage, k_base, p.kv, seq.slot, kv_head, first * kBlockN, item.kv_end,
-                      tid);
-    if constexpr (kTwoStages) {
-      load_keys<kPaged>(first_stage + kSmemKV, v_base, p.kv, seq.slot, kv_head, first * kBlockN,
-                        item.kv_end, tid);
-    }
+    const std::uint32_t first_stage = s_kv + (first & 1) * kSmemStage;
+    load_keys(first_stage, k_base, p.kv, seq.slot, kv_head, first * kBlockN, item.kv_end, tid);
+    load_keys(first_stage + kSmemKV, v_base, p.kv, seq.slot, kv_head, first * kBlockN,
+              item.kv_end, tid);
     cp_async_commit();
 
     float o[2][kOAcc];
@@ -533,40 +512,32 @@ struct PrefillWgmmaTile {
         cp_async_wait<0>();
         wgmma::fence_proxy_async();
       }
-      // Two stages: K and V of this block landed; every MMA of the last block
-      // (which read the other stage) is done, so the next block may load into
-      // it. One stage: K landed; every MMA of the last block read V is done.
+      // K and V of this block landed; every MMA of the last block (which read
+      // the other stage) is done, so the next block may load into it.
       __syncthreads();
-      if constexpr (kTwoStages) {
-        if (block > block_min) {
-          const int stage = (block - 1) & 1;
-          const std::uint32_t next = s_kv + stage * kSmemStage;
-          const int key0 = (block - 1) * kBlockN;
-          if (tma) {
-            if (tid == 0) {
-              const std::uint32_t bar = s_bar + 8 * stage;
-              wgmma::mbarrier_expect_tx(bar, 2 * kSmemKV);
+      if (block > block_min) {
+        const int stage = (block - 1) & 1;
+        const std::uint32_t next = s_kv + stage * kSmemStage;
+        const int key0 = (block - 1) * kBlockN;
+        if (tma) {
+          if (tid == 0) {
+            const std::uint32_t bar = s_bar + 8 * stage;
+            wgmma::mbarrier_expect_tx(bar, 2 * kSmemKV);
 #pragma unroll
-              for (int cb = 0; cb < kHeadDim / 64; ++cb) {
-                wgmma::tma_load_4d(next + cb * kBlockN * 128, &p.kv_tma.k, bar, cb * 64, kv_head,
-                                   key0, seq.slot);
-                wgmma::tma_load_4d(next + kSmemKV + cb * kBlockN * 128, &p.kv_tma.v, bar, cb * 64,
-                                   kv_head, key0, seq.slot);
-              }
+            for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+              wgmma::tma_load_4d(next + cb * kBlockN * 128, &p.kv_tma.k, bar, cb * 64, kv_head,
+                                 key0, seq.slot);
+              wgmma::tma_load_4d(next + kSmemKV + cb * kBlockN * 128, &p.kv_tma.v, bar, cb * 64,
+                                 kv_head, key0, seq.slot);
             }
-          } else {
-            load_keys<kPaged>(next, k_base, p.kv, seq.slot, kv_head, key0, item.kv_end, tid);
-            load_keys<kPaged>(next + kSmemKV, v_base, p.kv, seq.slot, kv_head, key0, item.kv_end,
-                              tid);
-            cp_async_commit();
           }
+        } else {
+          load_keys(next, k_base, p.kv, seq.slot, kv_head, key0, item.kv_end, tid);
+          load_keys(next + kSmemKV, v_base, p.kv, seq.slot, kv_head, key0, item.kv_end, tid);
+          cp_async_commit();
         }
-      } else {
-        load_keys<kPaged>(s_kv + kSmemKV, v_base, p.kv, seq.slot, kv_head, block * kBlockN,
-                          item.kv_end, tid);
-        cp_async_commit();
       }
-      const bool odd = kTwoStages && (block & 1) != 0;
+      const bool odd = (block & 1) != 0;
       const std::uint64_t desc_k = odd ? desc_k1 : desc_k0;
       const std::uint64_t desc_v = odd ? desc_v1 : desc_v0;
 
@@ -594,18 +565,6 @@ struct PrefillWgmmaTile {
       softmax_half(s[0], o[0], row_max[0], row_sum[0], pa[0], 0, key0, causal_row0, item.kv_end,
                    p.scale_log2, warp, lane, knobs.lazy_rescale);
 
-      if constexpr (!kTwoStages) {
-        wgmma::wait<0>();  // S1 done: no MMA reads K any more
-        wgmma::fence_operands(s[1]);
-        cp_async_wait<0>();
-        wgmma::fence_proxy_async();
-        __syncthreads();  // V landed; every warp is done with K
-        if (block > block_min) {
-          load_keys<kPaged>(s_kv, k_base, p.kv, seq.slot, kv_head, (block - 1) * kBlockN,
-                            item.kv_end, tid);
-          cp_async_commit();
-        }
-      }
       // O0 += P0 V runs while the warps compute P1.
       wgmma::fence_operands(o[0]);
       wgmma::fence();
@@ -699,33 +658,24 @@ struct PrefillWgmmaTile {
 
 // One prefill tile (work item `item`, query head `q_head`) on the 128 threads
 // of the calling CTA, which all call it (it synchronizes with __syncthreads)
-// and own `smem` (PrefillWgmmaTile::kSmemBytes), picking the addressing at
-// run time: the fused POD kernel (pod_kernel.cuh) runs it. The standalone
-// prefill kernel below runs the same tile, instantiated per addressing.
+// and own `smem` (PrefillWgmmaTile::kSmemBytes): the fused POD kernel
+// (pod_kernel.cuh) runs it, and so does the standalone kernel below.
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void run_prefill_wgmma_tile(const AttentionParams& params,
                                                        const PrefillWorkItem& item, int q_head,
                                                        char* smem, int tid,
                                                        const WgmmaKnobs& knobs) {
-  if (params.kv.block_table == nullptr) {
-    PrefillWgmmaTile<T, kHeadDim>::template run<false>(params, item, q_head, smem, tid, knobs);
-  } else {
-    PrefillWgmmaTile<T, kHeadDim>::template run<true>(params, item, q_head, smem, tid, knobs);
-  }
+  PrefillWgmmaTile<T, kHeadDim>::run(params, item, q_head, smem, tid, knobs);
 }
 
-// The standalone prefill kernel, one instantiation per K/V addressing: the
-// contiguous one (TMA or cp.async) and the paged one (cp.async through the
-// block table) get their own register allocation and schedule, so adding a
-// load path to one cannot slow the other down (one kernel holding both slowed
-// the paged walk once the TMA path was added: docs/attention.md).
-template <typename T, int kHeadDim, bool kPaged>
+// The standalone one-warpgroup prefill kernel: grid (query heads, items).
+template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kAttentionThreads, kPrefillCtasPerSm)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams params, const WgmmaKnobs knobs) {
   extern __shared__ __align__(128) char smem[];
   const PrefillWorkItem item = params.plan.prefill_items[blockIdx.y];
-  PrefillWgmmaTile<T, kHeadDim>::template run<kPaged>(params, item, static_cast<int>(blockIdx.x),
-                                                      smem, static_cast<int>(threadIdx.x), knobs);
+  PrefillWgmmaTile<T, kHeadDim>::run(params, item, static_cast<int>(blockIdx.x), smem,
+                                     static_cast<int>(threadIdx.x), knobs);
 }
 
 }  // namespace vpod::attention::device
