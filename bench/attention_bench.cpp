@@ -780,7 +780,8 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "(comparison)");
   cmd.add_flag_callback(
       "--ws-head-major", [&options] { options.ws_head_major = true; },
-      "the warp-specialized prefill walks its tiles head-major (experiment)");
+      "the warp-specialized prefill walks its tiles head-major whatever their costs "
+      "(experiment; default: only when they cost alike)");
   cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");

@@ -74,8 +74,7 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     plan.kind = StepPlan::Kind::pod;
   } else {
     VPOD_RETURN_IF_ERROR(
-        plan.serial.build(*step.batch, dims,
-                          {.num_sms = num_sms_, .kernels = options_.kernels}));
+        plan.serial.build(*step.batch, dims, {.num_sms = num_sms_, .kernels = options_.kernels}));
     plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();

@@ -495,8 +495,8 @@ TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
 }
 
 // >= 200 random hybrid batches: dtypes, head dims, GQA groups (1..20), both
-// vAttention layouts (a paged cache runs FlashInfer's kernels, never POD), ratio policies, 1 or 2 decode tiles per
-// CTA, planner or forced splits, and planned SM counts that force splits.
+// vAttention layouts (a paged cache runs FlashInfer's kernels, never POD), ratio policies, 1 or 2
+// decode tiles per CTA, planner or forced splits, and planned SM counts that force splits.
 TEST(PodGpuTest, RandomHybridBatchesMatchSeparateKernelsAndReference) {
   VPOD_REQUIRE_GPU();
   std::mt19937_64 rng = fresh_rng("random sweep");

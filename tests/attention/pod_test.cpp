@@ -548,6 +548,46 @@ TEST(PodPlanTest, SerialFallbackWhenFusedIsNotFaster) {
   EXPECT_TRUE(hybrid.config().fused);
 }
 
+// Where the standalone prefill is the warp-specialized kernel (sm_90a,
+// contiguous with TMA), the serial estimate counts its speed: the prefill
+// part is kWsPrefillSpeedup faster, and a hybrid batch whose fused estimate
+// no longer beats it falls back to the serial kernels.
+TEST(PodPlanTest, SerialEstimateCountsTheWarpSpecializedPrefill) {
+  const AttentionDims dims{32, 8, 128, DType::f16};
+  PodDevice ws = h200();
+  ws.ws_prefill = true;
+  const HybridBatch prefill_only = make_batch({{1000, 700}}, {});
+  const double tile_us =
+      PodPlan::create(prefill_only, dims, pod_options())->config().serial_estimate_us;
+  const double ws_us =
+      PodPlan::create(prefill_only, dims, pod_options(ws))->config().serial_estimate_us;
+  EXPECT_GT(tile_us, 0);
+  EXPECT_NEAR(ws_us * 1.15, tile_us, 1e-6 * tile_us);
+  // KernelOptions that keep the tile (ws_prefill or tma off) keep its estimate.
+  PodOptions off = pod_options(ws);
+  off.kernels.ws_prefill = false;
+  EXPECT_DOUBLE_EQ(PodPlan::create(prefill_only, dims, off)->config().serial_estimate_us, tile_us);
+  off = pod_options(ws);
+  off.kernels.tma = false;
+  EXPECT_DOUBLE_EQ(PodPlan::create(prefill_only, dims, off)->config().serial_estimate_us, tile_us);
+  // Over hybrid batches the estimate only gets smaller, so the fallback only
+  // gets more frequent; every plan still covers its batch.
+  std::mt19937_64 rng(5);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int fallbacks_tile = 0, fallbacks_ws = 0;
+  for (int b = 0; b < 40; ++b) {
+    const HybridBatch batch = make_batch({{pick(0, 12000), pick(256, 2048)}},
+                                         std::vector<int>(pick(1, 128), pick(512, 16384)));
+    const auto a = PodPlan::create(batch, dims, pod_options()).value();
+    const auto w = PodPlan::create(batch, dims, pod_options(ws)).value();
+    EXPECT_LE(w.config().serial_estimate_us, a.config().serial_estimate_us);
+    fallbacks_tile += a.config().fused ? 0 : 1;
+    fallbacks_ws += w.config().fused ? 0 : 1;
+    expect_covers(batch, dims, w);
+  }
+  EXPECT_GE(fallbacks_ws, fallbacks_tile);
+}
+
 // The ratio policy: with choose_ratio the planner takes the other policy only
 // for an estimated gain of >= 2%; without it the given one. Over random
 // hybrid batches both policies get picked.

@@ -218,6 +218,22 @@ TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
   EXPECT_EQ(long_prompt->workspace_bytes(), 0u);
 }
 
+// The warp-specialized kernel's tile order follows the items' costs: alike
+// (a chunk over a long context, within 20%) walks head-major, a causal
+// prompt's 1..n-block tiles item-major; no prefill, no claim.
+TEST(AttentionPlanTest, PrefillItemsCostAlikeOnlyForChunksOverLongContexts) {
+  auto plan = [](const HybridBatch& b) {
+    return AttentionPlan::create(b, llama_dims(), h200()).value();
+  };
+  EXPECT_TRUE(plan(make_batch({{14336, 2048}}, {})).prefill_items_cost_alike());
+  EXPECT_TRUE(plan(make_batch({{7168, 1024}}, {})).prefill_items_cost_alike());
+  EXPECT_FALSE(plan(make_batch({{0, 16384}}, {})).prefill_items_cost_alike());
+  EXPECT_FALSE(plan(make_batch({{0, 4096}}, {})).prefill_items_cost_alike());
+  // A short chunk beside a long one: unlike.
+  EXPECT_FALSE(plan(make_batch({{14336, 2048}, {0, 300}}, {})).prefill_items_cost_alike());
+  EXPECT_FALSE(plan(make_batch({}, {4096, 4096})).prefill_items_cost_alike());
+}
+
 TEST(AttentionPlanTest, SplitsDecodesOnlyToFillTheGpu) {
   PlanOptions tile = h200();
   tile.decode_kernel = DecodeKernel::tile;

@@ -91,8 +91,9 @@ struct KernelOptions {
   // TMA producer, two ping-ponging consumer warpgroups, persistent) where the
   // GPU runs it and TMA descriptors exist; false: the one-warpgroup wgmma tile.
   bool ws_prefill = true;
-  // The warp-specialized kernel's tile order: head-major instead of
-  // item-major (experiment: fewer KV heads' K/V in flight in L2).
+  // The warp-specialized kernel walks its tiles head-major whatever their
+  // costs (experiment; by default head-major only when the items cost alike,
+  // attention_launch.cpp).
   bool ws_head_major = false;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.
@@ -162,6 +163,14 @@ class AttentionPlan {
 
   // The plan's content, for launchers, tests and the benchmark.
   const std::vector<PrefillWorkItem>& prefill_items() const { return prefill_items_; }
+  // Whether every prefill item costs within 20% of the longest (chunks over
+  // a long context), not a causal prompt's tiles of 1..n blocks: the
+  // warp-specialized kernel then walks its tiles head-major
+  // (docs/attention.md).
+  bool prefill_items_cost_alike() const {
+    return !prefill_items_.empty() &&
+           5 * prefill_items_.back().cost >= 4 * prefill_items_.front().cost;
+  }
   const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }
   const std::vector<CombineItem>& prefill_combines() const { return prefill_combines_; }
   const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }

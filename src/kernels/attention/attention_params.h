@@ -163,8 +163,8 @@ struct AttentionParams {
   // when that kernel runs.
   TensorMapBytes q_tma;
   std::int32_t q_tma_valid = 0;
-  // The warp-specialized kernel walks its tiles head-major (experiment,
-  // KernelOptions::ws_head_major); 0: item-major.
+  // The warp-specialized kernel walks its tiles head-major (every item of a
+  // query head, then the next head); 0: item-major (the launcher decides).
   std::int32_t ws_head_major = 0;
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;

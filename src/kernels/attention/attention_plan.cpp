@@ -437,8 +437,8 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   // Automatic: the deep kernel when the tile plan splits the decodes but
   // unsplit they fit one CTA per SM and are estimated faster so (no merge at
   // all): 16 x 16K with 8 KV heads, 128 units on 132 SMs (docs/attention.md).
-  if (automatic && options.decode_splits == 0 &&
-      plan.decode_kernel_ == DecodeKernel::tile && choice.chunk < max_blocks) {
+  if (automatic && options.decode_splits == 0 && plan.decode_kernel_ == DecodeKernel::tile &&
+      choice.chunk < max_blocks) {
     const DecodeChoice deep = choose_chunk(DecodeKernel::tile_deep);
     if (deep.chunk >= max_blocks && deep.ctas <= options.num_sms * kDecodeDeepCtasPerSm &&
         deep.time < choice.time - 1e-9) {

@@ -53,9 +53,14 @@ struct PodDevice {
   // Co-resident CTAs per SM of the fused kernel, by decode tiles per CTA
   // (index 1 and 2; index 0 unused), for the prefill tile below.
   int ctas_per_sm[kPodMaxVirtualDecode + 1] = {0, 0, 0};
-  // The prefill tile inside the fused kernel: the sm_90a wgmma tile (the
-  // standalone prefill kernel's on Hopper) or the mma.sync tile.
+  // The prefill tile inside the fused kernel: the sm_90a wgmma tile or the
+  // mma.sync tile.
   bool wgmma_prefill = false;
+  // The standalone prefill (the serial kernels, the fallback) is the
+  // warp-specialized kernel (sm_90a, a contiguous cache with TMA,
+  // KernelOptions::ws_prefill): the planner's serial estimate counts its
+  // speed, not the fused kernel's tile's.
+  bool ws_prefill = false;
 };
 // The current device. The wgmma prefill tile is chosen where the GPU runs its
 // sm_90a code, unless `allow_wgmma` is false (pass KernelOptions::wgmma_prefill,

@@ -39,6 +39,10 @@ constexpr int kDefaultVirtualDecode = 1;
 // adds a combine launch and the fp32 partial rows' write and read.
 constexpr double kPrefillBlockUs128 = 4.3;
 constexpr double kWgmmaPrefillBlockUs128 = 2.6;
+// The warp-specialized standalone prefill (prefill_ws.cuh) runs the same
+// tiles 1.10-1.22x faster than the one-warpgroup wgmma tile (H200,
+// 2026-12-02, docs/attention.md): the serial estimate divides by this.
+constexpr double kWsPrefillSpeedup = 1.15;
 constexpr double kCombineLaunchUs = 4.0;
 constexpr double kPartialBytesPerUs = 3.0e6;  // ~3 TB/s
 // The decode CTAs share the HBM bandwidth: 136 blocks of 64 keys (32 KB at
@@ -189,7 +193,8 @@ struct Estimate {
 // The machine the schedule is simulated on.
 struct Model {
   bool wgmma_prefill = false;
-  bool even = false;  // the ratio policy
+  bool ws_prefill = false;  // the serial prefill is the warp-specialized kernel
+  bool even = false;        // the ratio policy
   int num_sms = 0, ctas_per_sm = 0;
   // CTAs simulated in groups of this many identical ones (the heads of one
   // KV piece) on num_sms / group SMs: the same schedule at a fraction of the
@@ -209,7 +214,8 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
                   Kinds kinds = Kinds::both) {
   const double scale = dims.head_dim / 128.0;
   const double prefill_block =
-      (model.wgmma_prefill ? kWgmmaPrefillBlockUs128 : kPrefillBlockUs128) * scale;
+      (model.wgmma_prefill ? kWgmmaPrefillBlockUs128 : kPrefillBlockUs128) * scale /
+      (kinds == Kinds::prefill_only && model.ws_prefill ? kWsPrefillSpeedup : 1.0);
   const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
   const int tiles_per_piece = dims.num_kv_heads * head_chunks;
   const bool with_prefill = kinds != Kinds::decode_only;
@@ -440,6 +446,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   // choice.
   Model model;
   model.wgmma_prefill = dev.wgmma_prefill;
+  model.ws_prefill = dev.ws_prefill && options.kernels.ws_prefill && options.kernels.tma;
   model.even = options.ratio == PodRatio::even;
   model.num_sms = dev.num_sms;
   model.ctas_per_sm = ctas_per_sm;
@@ -571,9 +578,8 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   config.prefill_beyond_limit = go_beyond;
   if (serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
-    VPOD_RETURN_IF_ERROR(plan_.build(
-        batch, dims,
-        {.num_sms = dev.num_sms, .kernels = options.kernels}));
+    VPOD_RETURN_IF_ERROR(
+        plan_.build(batch, dims, {.num_sms = dev.num_sms, .kernels = options.kernels}));
     config.fused = false;
     config.wgmma_prefill = dev.wgmma_prefill;  // the standalone prefill's tile too
     if (options.explain) {

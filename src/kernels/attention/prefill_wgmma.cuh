@@ -468,8 +468,8 @@ struct PrefillWgmmaTile {
     const int first = block_end - 1;
     const std::uint32_t first_stage = s_kv + (first & 1) * kSmemStage;
     load_keys(first_stage, k_base, p.kv, seq.slot, kv_head, first * kBlockN, item.kv_end, tid);
-    load_keys(first_stage + kSmemKV, v_base, p.kv, seq.slot, kv_head, first * kBlockN,
-              item.kv_end, tid);
+    load_keys(first_stage + kSmemKV, v_base, p.kv, seq.slot, kv_head, first * kBlockN, item.kv_end,
+              tid);
     cp_async_commit();
 
     float o[2][kOAcc];

@@ -139,10 +139,11 @@ struct PrefillWsTile {
     __device__ __forceinline__ std::uint32_t v_empty(int s) const { return bars + 40 + 32 * s; }
   };
 
-  // The tile of persistent step t: (work item, query head), item-major so the
-  // query heads sharing a KV head run side by side (their K/V hit in L2);
-  // head-major (every item of a head, then the next head) with
-  // AttentionParams::ws_head_major (an experiment: fewer KV heads in flight).
+  // The tile of persistent step t: (work item, query head). Item-major: the
+  // items longest first, the query heads sharing a KV head side by side (their
+  // K/V hit in L2). Head-major (AttentionParams::ws_head_major, when the items
+  // cost alike): every item of a head, then the next head, so fewer KV heads'
+  // K/V are in flight at once.
   struct Tile {
     PrefillWorkItem item;
     SequenceDesc seq;
