@@ -160,7 +160,9 @@ __device__ __forceinline__ void load_tile_async(std::uint32_t smem, int tid, con
 // ---------------------------------------------------------------------------
 // K/V addressing.
 // ---------------------------------------------------------------------------
-// Element offset of (slot, token, head) in the K or V cache.
+// Element offset of (slot, token, head) in the K or V cache: a contiguous
+// view's slot stride, or a paged cache's block table (only the KV append
+// writes pages; the attention kernels read contiguous views).
 __device__ __forceinline__ std::int64_t kv_offset(const KvAddressing& kv, int slot, int token,
                                                   int head) {
   std::int64_t offset;

@@ -5,7 +5,7 @@
 // warps, so a CTA reads one head's 256-byte rows, 2 KB apart in the
 // per-layer layout, and must merge its warps at the end. Here the CTA reads
 // the rows of four consecutive heads of each key (1 KB contiguous when the
-// heads are adjacent, as in every vAttention layout and the paged pool), each
+// heads are adjacent, as in every vAttention layout), each
 // warp owns its unit's online softmax over every key of the item, and a warp
 // finishes alone: no cross-warp merge, and a split's merge is per warp
 // (per-unit arrival counters, no __syncthreads).
@@ -120,27 +120,13 @@ struct DecodeHeadsTile {
     const T* k_base = static_cast<const T*>(kv.k);
     const T* v_base = static_cast<const T*>(kv.v);
     const std::uint32_t dst0 = s_stage + Tile::offset(row0, chunk);
-    if (kv.block_table == nullptr) {
-      const std::int64_t base = static_cast<std::int64_t>(slot) * kv.outer_stride +
-                                static_cast<std::int64_t>(key0 + row0) * kv.token_stride +
-                                chunk * 8;
-#pragma unroll
-      for (int i = 0; i < kLoads; ++i) {
-        const bool valid = kv_head[unit_of(i)] >= 0 && key0 + row0 + key_of(i) < kv_end;
-        const std::int64_t offset =
-            valid ? base + key_of(i) * kv.token_stride + head_off[unit_of(i)] : 0;
-        const std::uint32_t dst = dst0 + i * kRowsPerPass * Tile::kRowBytes;
-        cp_async_16(dst, k_base + offset, valid);
-        cp_async_16(dst + kSmemKV, v_base + offset, valid);
-      }
-      return;
-    }
+    const std::int64_t base = static_cast<std::int64_t>(slot) * kv.outer_stride +
+                              static_cast<std::int64_t>(key0 + row0) * kv.token_stride + chunk * 8;
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
-      const int key = key0 + row0 + key_of(i);
-      const bool valid = kv_head[unit_of(i)] >= 0 && key < kv_end;
+      const bool valid = kv_head[unit_of(i)] >= 0 && key0 + row0 + key_of(i) < kv_end;
       const std::int64_t offset =
-          valid ? kv_offset(kv, slot, key, kv_head[unit_of(i)]) + chunk * 8 : 0;
+          valid ? base + key_of(i) * kv.token_stride + head_off[unit_of(i)] : 0;
       const std::uint32_t dst = dst0 + i * kRowsPerPass * Tile::kRowBytes;
       cp_async_16(dst, k_base + offset, valid);
       cp_async_16(dst + kSmemKV, v_base + offset, valid);

@@ -55,29 +55,16 @@ struct DecodeTile {
     const int row0 = tid / Tile::kRowChunks;
     const int chunk = tid % Tile::kRowChunks;
     const std::uint32_t dst0 = s_stage + Tile::offset(row0, chunk);
-    if (kv.block_table == nullptr) {
-      // Contiguous: one offset for this thread's first row, then a fixed
-      // stride per row (no per-row index math).
-      const std::int64_t base = static_cast<std::int64_t>(slot) * kv.outer_stride +
-                                static_cast<std::int64_t>(kv_head) * kv.head_stride +
-                                static_cast<std::int64_t>(key0 + row0) * kv.token_stride +
-                                chunk * 8;
-      const std::int64_t step = static_cast<std::int64_t>(kRowsPerPass) * kv.token_stride;
-#pragma unroll
-      for (int i = 0; i < kChunks / kThreads; ++i) {
-        const bool valid = key0 + row0 + i * kRowsPerPass < kv_end;
-        const std::int64_t offset = valid ? base + i * step : 0;
-        const std::uint32_t dst = dst0 + i * kRowsPerPass * Tile::kRowBytes;
-        cp_async_16(dst, k_base + offset, valid);
-        cp_async_16(dst + kSmemKV, v_base + offset, valid);
-      }
-      return;
-    }
+    // One offset for this thread's first row, then a fixed stride per row
+    // (no per-row index math).
+    const std::int64_t base = static_cast<std::int64_t>(slot) * kv.outer_stride +
+                              static_cast<std::int64_t>(kv_head) * kv.head_stride +
+                              static_cast<std::int64_t>(key0 + row0) * kv.token_stride + chunk * 8;
+    const std::int64_t step = static_cast<std::int64_t>(kRowsPerPass) * kv.token_stride;
 #pragma unroll
     for (int i = 0; i < kChunks / kThreads; ++i) {
-      const int key = key0 + row0 + i * kRowsPerPass;
-      const bool valid = key < kv_end;
-      const std::int64_t offset = valid ? kv_offset(kv, slot, key, kv_head) + chunk * 8 : 0;
+      const bool valid = key0 + row0 + i * kRowsPerPass < kv_end;
+      const std::int64_t offset = valid ? base + i * step : 0;
       const std::uint32_t dst = dst0 + i * kRowsPerPass * Tile::kRowBytes;
       cp_async_16(dst, k_base + offset, valid);
       cp_async_16(dst + kSmemKV, v_base + offset, valid);
