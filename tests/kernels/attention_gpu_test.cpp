@@ -620,9 +620,10 @@ TEST(AttentionGpuTest, LongPromptsAndForcedSplits) {
 // and K/V, cp.async for a split's partial last block) and the one-warpgroup
 // wgmma tile it replaces, on the same inputs: both within the reference bound
 // and within twice it of each other. Shapes: more tiles than SMs (a CTA walks
-// several), every remainder of 128 keys (the sweep's 255/1/4095 chunks),
-// chunks over cached context, forced splits (fp32 partial rows), head_dim
-// 64 and 128, fp16 and bf16, both layouts, MQA to group 8.
+// several), a 16385-token prompt, every remainder of 128 keys (the sweep's
+// 255/1/4095 chunks), chunks over cached context, forced splits (fp32
+// partial rows), head_dim 64 and 128, fp16 and bf16, both layouts, MQA,
+// groups 4, 5 and 8.
 TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
   VPOD_REQUIRE_GPU();
   auto rng = fresh_rng();
@@ -635,6 +636,11 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
   };
   const std::vector<Case> cases = {
       {{32, 8, 128, DType::f16}, KvLayout::per_layer, make_batch({{0, 4097}}, {}), 0, "ws 4097"},
+      {{20, 4, 128, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{0, 16385}}, {}),
+       0,
+       "ws 16385 g5"},
       {{16, 2, 128, DType::bf16},
        KvLayout::all_layers,
        make_batch({{7000, 1100}, {0, 129}, {300, 1}}, {}),
