@@ -104,12 +104,11 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
       encode_q_tensor_map(q, plan.num_tokens(), p.q_tma).ok()) {
     p.q_tma_valid = 1;
   }
-  // The warp-specialized kernel's tile order (docs/attention.md): head-major
-  // when the items cost alike (chunks over a long context: the CTAs sharing a
-  // KV head then stream its K/V together, 1.8-2.4% faster on chunk 2048
-  // @16384); item-major, longest first, otherwise (a causal prompt's tiles run
-  // from 1 to n blocks, and that order balances the persistent CTAs:
-  // head-major was 1-2.6% slower there).
+  // The warp-specialized kernel's tile order (measured in docs/attention.md):
+  // head-major when the items cost alike (chunks over a long context: the
+  // CTAs sharing a KV head then stream its K/V together); item-major, longest
+  // first, otherwise (a causal prompt's tiles run from 1 to n blocks, and
+  // that order balances the persistent CTAs).
   p.ws_head_major = plan.kernel_options().ws_head_major || plan.prefill_items_cost_alike() ? 1 : 0;
   const AttentionDims& dims = plan.dims();
   const KernelOptions& options = plan.kernel_options();

@@ -40,8 +40,8 @@ constexpr int kDefaultVirtualDecode = 1;
 constexpr double kPrefillBlockUs128 = 4.3;
 constexpr double kWgmmaPrefillBlockUs128 = 2.6;
 // The warp-specialized standalone prefill (prefill_ws.cuh) runs the same
-// tiles 1.10-1.22x faster than the one-warpgroup wgmma tile (H200,
-// 2026-12-02, docs/attention.md): the serial estimate divides by this.
+// tiles about this much faster than the one-warpgroup wgmma tile
+// (docs/attention.md): the serial estimate divides by it.
 constexpr double kWsPrefillSpeedup = 1.15;
 constexpr double kCombineLaunchUs = 4.0;
 constexpr double kPartialBytesPerUs = 3.0e6;  // ~3 TB/s
