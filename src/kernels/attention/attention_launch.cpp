@@ -5,7 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 
+#include "common/log.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/attention_validate.h"
@@ -100,9 +102,18 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
   AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   p.kv_tma = maps;
   // The warp-specialized kernel also loads Q by TMA (it needs both maps).
-  if (maps.valid != 0 && plan.kernel_options().ws_prefill &&
-      encode_q_tensor_map(q, plan.num_tokens(), p.q_tma).ok()) {
-    p.q_tma_valid = 1;
+  if (maps.valid != 0 && plan.kernel_options().ws_prefill) {
+    const Status encoded = encode_q_tensor_map(q, plan.num_tokens(), p.q_tma);
+    if (encoded.ok()) {
+      p.q_tma_valid = 1;
+    } else {
+      // Said once per process: the one-warpgroup tile runs instead, slower.
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        VPOD_LOG_INFO("attention: no TMA descriptor for q, prefill on the wgmma tile: {}",
+                      encoded.message());
+      });
+    }
   }
   // The warp-specialized kernel's tile order (measured in docs/attention.md):
   // head-major when the items cost alike (chunks over a long context: the
