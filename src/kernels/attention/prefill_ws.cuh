@@ -230,6 +230,9 @@ struct PrefillWsTile {
       const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
+      // The planner never cuts an empty item; producer and consumers skip one
+      // alike (no load, no wait) rather than wait forever.
+      if (tile.num_blocks <= 0) continue;
       const int kv_head = tile.q_head / p.group_size;
       const int slot = tile.seq.slot;
       // Q: free once both consumers finished the last tile's Q K^T.
@@ -399,6 +402,9 @@ struct PrefillWsTile {
       const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
+      // The planner never cuts an empty item; producer and consumers skip one
+      // alike (no load, no wait) rather than wait forever.
+      if (tile.num_blocks <= 0) continue;
       const int kv_end = tile.item.kv_end;
       const int row_base = wg * 64 + warp * 16;  // first tile row of this warp
       const int pos_warp = tile.seq.cached_len + tile.item.q_begin + row_base;
