@@ -10,13 +10,14 @@
 //
 // Per key block j a consumer issues S_j = Q K_j^T and O += P_{j+1} V_{j+1}
 // back to back, then runs the softmax of S_j while P V is still on the tensor
-// cores (the O rescale waits for it): the two products of one warpgroup
-// overlap its own softmax. Across the two warpgroups a pair of named barriers
-// makes them take turns issuing (ping-pong), so one's softmax runs while the
+// cores (O takes the softmax's correction at the next issue, while that S
+// runs): the two products of one warpgroup overlap its own softmax. Across the two warpgroups a
+// pair of named barriers makes them take turns issuing (ping-pong), so one's softmax runs while the
 // other's products occupy the tensor cores.
 //
 // The kernel is persistent: one CTA per SM walks the (work item, query head)
-// tiles in rounds over the plan's order (longest first; see tile_of_round), so
+// tiles in rounds (tile_of_round) over the plan's order, item-major longest
+// first or head-major when the items cost alike (tile_at), so
 // the producer loads tile t + 1's Q and first blocks while the consumers
 // finish tile t. Causal masking runs only on blocks that cross the diagonal or
 // the split's end; blocks entirely above the diagonal are never visited
