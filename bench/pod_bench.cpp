@@ -9,6 +9,12 @@
 // 1.25x of the bound. --json FILE writes every case (shapes included) for
 // tools/bench_pod_peers.py, which times PyTorch SDPA (FA2, cuDNN) serially on
 // the same shapes and prints the tables side by side.
+// FlashInfer, compiled in as the paged baseline, runs the same cases in the
+// same run (--peers named, the default, or all): its best serial composition
+// (FA3 paged prefill + tensor-core decode) and its POD kernel
+// (BatchPODWithPagedKVCacheWrapper's), page 16, over the same cache read as
+// pages in order (block i of slot s = tokens [16i, 16i + 16) of the
+// contiguous slot): the peer gets whatever contiguity is worth to it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,6 +37,7 @@
 #include "cuda/event.h"
 #include "cuda/stream.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/flashinfer/paged_plan.h"
 #include "kernels/attention/pod.h"
 
 namespace vpod::bench {
@@ -47,6 +54,8 @@ constexpr double kPeakTbps = 4.24;     // device-to-device copy
 constexpr int kMaxCtx = 20480;
 constexpr int kMaxDecodes = 256;
 constexpr int kMaxChunk = 2048;
+constexpr int kPeerPage = 16;  // FlashInfer's page (vLLM's default block)
+constexpr const char* kFlashInfer = "FlashInfer 0.7.2.post1";
 
 struct PodCase {
   std::string name;
@@ -140,6 +149,7 @@ struct Args {
   bool named = true;
   bool strict_prefill_limit = false;
   std::string prefill_tile = "auto";
+  std::string peers = "named";       // FlashInfer's kernels on: named (and --cases), all, none
   bool compare_ratio = false;        // also time POD with the other ratio policy
   attention::KernelOptions kernels;  // --mma-prefill, --no-tma, ... (POD and serial)
   int min_iters = 10;
@@ -217,6 +227,12 @@ struct Row {
   attention::PodConfig config;
   attention::PodConfig other_config;  // --compare-ratio: the other ratio's plan
   int serial_prefill_items = 0, serial_decode_items = 0;
+  // FlashInfer (0: not run): serial FA3 prefill + tensor-core decode, and its
+  // POD kernel (fi_pod_fused false: its plan ran serially).
+  double fi_serial_ms = 0, fi_pod_ms = 0;
+  bool fi_pod_fused = false;
+  double fi_max_diff = 0;
+  bool fi_valid = true;
 };
 
 // Device state shared by the cases of one head configuration: one cache of
@@ -228,6 +244,10 @@ struct Bench {
   cuda::DeviceBuffer pod_meta, pod_work, serial_meta, serial_work, other_meta, other_work;
   attention::PodCounters counters;
   KvLayerView kv;
+  // The same K/V read as FlashInfer's NHD pages of kPeerPage tokens, in order.
+  cuda::DeviceBuffer block_table, out_peer;
+  PagedKvView paged;
+  attention::fi::PagedPlan fi_serial, fi_pod;
 
   static Result<Bench> create(const AttentionDims& dims, bool allow_wgmma, cudaStream_t stream) {
     Bench b;
@@ -260,6 +280,28 @@ struct Bench {
     b.kv.head_stride = dims.head_dim;
     b.kv.token_stride = static_cast<std::int64_t>(token);
     b.kv.slot_stride = static_cast<std::int64_t>(token) * kMaxCtx;
+    constexpr int kBlocksPerSlot = kMaxCtx / kPeerPage;
+    std::vector<std::int32_t> table(static_cast<std::size_t>(kMaxDecodes + 1) * kBlocksPerSlot);
+    std::iota(table.begin(), table.end(), 0);
+    VPOD_ASSIGN_OR_RETURN(b.block_table, cuda::DeviceBuffer::allocate(table.size() * 4));
+    b.block_table.copy_from_host(table.data(), table.size() * 4);
+    VPOD_ASSIGN_OR_RETURN(b.out_peer, cuda::DeviceBuffer::allocate(qbytes));
+    b.paged.k = b.k.data();
+    b.paged.v = b.v.data();
+    b.paged.dtype = dims.dtype;
+    b.paged.device = Device::cuda;
+    b.paged.num_blocks = static_cast<int>(table.size());
+    b.paged.block_size = kPeerPage;
+    b.paged.num_kv_heads = dims.num_kv_heads;
+    b.paged.head_dim = dims.head_dim;
+    b.paged.head_stride = dims.head_dim;
+    b.paged.token_stride = static_cast<std::int64_t>(token);
+    b.paged.block_stride = static_cast<std::int64_t>(token) * kPeerPage;
+    b.paged.block_table = b.block_table.as<const std::int32_t>();
+    b.paged.num_slots = kMaxDecodes + 1;
+    b.paged.max_blocks_per_slot = kBlocksPerSlot;
+    // copy_from_host may return before a pageable copy lands.
+    VPOD_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), StatusCode::internal);
     return b;
   }
 
@@ -447,23 +489,28 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   launch_serial();
   VPOD_RETURN_IF_ERROR(launch_status);
   VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), StatusCode::internal);
-  std::vector<std::uint16_t> a(elems), s(elems);
-  b.out_pod.copy_to_host(a.data(), elems * 2);
+  std::vector<std::uint16_t> s(elems);
   b.out_serial.copy_to_host(s.data(), elems * 2);
-  auto to_f = [&](std::uint16_t x) {
-    return dims.dtype == DType::bf16 ? bf16_bits_to_float(x) : half_bits_to_float(x);
-  };
-  bool finite = true;
-  double diff = 0;
-  for (std::size_t i = 0; i < elems; ++i) {
-    const float x = to_f(a[i]), y = to_f(s[i]);
-    finite = finite && std::isfinite(x) && std::isfinite(y);
-    diff = std::max<double>(diff, std::abs(x - y));
-  }
   const double tolerance = dims.dtype == DType::bf16 ? 6e-2 : 1e-2;
+  // The largest difference of `out` from the serial kernels' output (infinite
+  // when an element is not finite).
+  auto diff_from_serial = [&](const cuda::DeviceBuffer& out) {
+    std::vector<std::uint16_t> a(elems);
+    out.copy_to_host(a.data(), elems * 2);
+    auto to_f = [&](std::uint16_t x) {
+      return dims.dtype == DType::bf16 ? bf16_bits_to_float(x) : half_bits_to_float(x);
+    };
+    double diff = 0;
+    for (std::size_t i = 0; i < elems; ++i) {
+      const float x = to_f(a[i]), y = to_f(s[i]);
+      if (!std::isfinite(x) || !std::isfinite(y)) return HUGE_VAL;
+      diff = std::max<double>(diff, std::abs(x - y));
+    }
+    return diff;
+  };
   row.c = c;
-  row.max_diff = diff;
-  row.valid = finite && diff <= tolerance;
+  row.max_diff = diff_from_serial(b.out_pod);
+  row.valid = row.max_diff <= tolerance;
   row.config = pod_plan.config();
   row.other_config = other_plan.config();
   row.serial_prefill_items = static_cast<int>(serial_plan.prefill_items().size());
@@ -489,6 +536,41 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   }
   VPOD_RETURN_IF_ERROR(launch_status);
   row.serial_ms = std::min(ts1.median_ms, ts2.median_ms);
+
+  if (args.peers == "all" || (args.peers == "named" && c.named)) {
+    // FlashInfer: plans made once (as its wrappers' plan()), launches timed.
+    const TensorView out_peer = view(b.out_peer);
+    for (auto [plan, mode] : {std::pair{&b.fi_serial, attention::fi::PagedMode::serial},
+                              std::pair{&b.fi_pod, attention::fi::PagedMode::pod}}) {
+      VPOD_RETURN_IF_ERROR(
+          plan->build(batch, dims, b.paged, /*cuda_graph=*/false, stream, mode).status());
+    }
+    row.fi_pod_fused = b.fi_pod.fused();
+    auto launch_fi = [&](const attention::fi::PagedPlan* plan) {
+      return [&, plan] {
+        if (launch_status.ok()) launch_status = plan->run(q, b.paged, out_peer, scale, stream);
+      };
+    };
+    auto launch_fi_serial = launch_fi(&b.fi_serial);
+    auto launch_fi_pod = launch_fi(&b.fi_pod);
+    for (auto* launch : {&launch_fi_serial, &launch_fi_pod}) {
+      b.out_peer.fill_bytes(0xff, stream);
+      (*launch)();
+      VPOD_RETURN_IF_ERROR(launch_status);
+      VPOD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), StatusCode::internal);
+      row.fi_max_diff = std::max(row.fi_max_diff, diff_from_serial(b.out_peer));
+    }
+    row.fi_valid = row.fi_max_diff <= tolerance;
+    const Timing f1 =
+        time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_fi_serial);
+    const Timing p1 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_fi_pod);
+    const Timing f2 =
+        time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_fi_serial);
+    const Timing p2 = time_runs(target / 2, args.min_iters, args.max_iters, stream, launch_fi_pod);
+    VPOD_RETURN_IF_ERROR(launch_status);
+    row.fi_serial_ms = std::min(f1.median_ms, f2.median_ms);
+    row.fi_pod_ms = std::min(p1.median_ms, p2.median_ms);
+  }
   return Status();
 }
 
@@ -622,6 +704,44 @@ int run(const Args& args) {
         *std::max_element(other_speedups.begin(), other_speedups.end()), args.ratio, better,
         static_cast<int>(other_speedups.size()));
   }
+  // FlashInfer in the same run.
+  std::vector<double> vs_fi_serial, vs_fi_pod;
+  for (const Row& r : rows) {
+    if (r.fi_serial_ms <= 0) continue;
+    all_valid = all_valid && r.fi_valid;
+    if (vs_fi_serial.empty()) {
+      fmt::print(
+          "{} in the same run (paged, page {}, pages in order): serial = FA3 prefill + tensor-core "
+          "decode, POD = its POD kernel (FA2)\n",
+          kFlashInfer, kPeerPage);
+      fmt::print("{:<34} {:>9} {:>10} {:>9} {:>11} {:>11}  {}\n", "case", "POD ms", "FI ser ms",
+                 "FI POD ms", "vs FI ser", "vs FI POD", "check");
+    }
+    vs_fi_serial.push_back(r.fi_serial_ms / r.pod_ms);
+    vs_fi_pod.push_back(r.fi_pod_ms / r.pod_ms);
+    if (r.c.named || rows.size() <= 40 || !r.fi_valid) {
+      fmt::print("{:<34} {:>9.4f} {:>10.4f} {:>9.4f}{} {:>10.3f}x {:>10.3f}x  {}\n", r.c.name,
+                 r.pod_ms, r.fi_serial_ms, r.fi_pod_ms, r.fi_pod_fused ? " " : "*",
+                 r.fi_serial_ms / r.pod_ms, r.fi_pod_ms / r.pod_ms,
+                 r.fi_valid ? fmt::format("ok (diff {:.1e})", r.fi_max_diff)
+                            : fmt::format("FAIL (diff {:.1e})", r.fi_max_diff));
+    }
+  }
+  if (vs_fi_serial.size() > 1) {
+    auto mean = [](const std::vector<double>& v) {
+      return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    };
+    fmt::print(
+        "over {} cases: vpod POD vs FlashInfer serial mean {:.3f}x (min {:.3f}x), vs FlashInfer "
+        "POD mean {:.3f}x (min {:.3f}x){}\n",
+        vs_fi_serial.size(), mean(vs_fi_serial),
+        *std::min_element(vs_fi_serial.begin(), vs_fi_serial.end()), mean(vs_fi_pod),
+        *std::min_element(vs_fi_pod.begin(), vs_fi_pod.end()),
+        std::any_of(rows.begin(), rows.end(),
+                    [](const Row& r) { return r.fi_serial_ms > 0 && !r.fi_pod_fused; })
+            ? "; * FlashInfer planned that case serially (GQA group over 16)"
+            : "");
+  }
   for (const Row& r : rows) {
     if (r.c.named) {
       fmt::print("plan {}: {}\n", r.c.name, r.config.reason);
@@ -646,6 +766,7 @@ int run(const Args& args) {
     out["peak_tflops"] = kPeakTflops;
     out["peak_tbps"] = kPeakTbps;
     out["seed"] = args.seed;
+    out["peer"] = fmt::format("{} paged, page {}", kFlashInfer, kPeerPage);
     for (const Row& r : rows) {
       out["results"].push_back({{"case", r.c.name},
                                 {"named", r.c.named},
@@ -680,7 +801,12 @@ int run(const Args& args) {
                                 {"prefill_beyond_limit", r.config.prefill_beyond_limit},
                                 {"plan", r.config.reason},
                                 {"serial_prefill_items", r.serial_prefill_items},
-                                {"serial_decode_items", r.serial_decode_items}});
+                                {"serial_decode_items", r.serial_decode_items},
+                                {"fi_serial_ms", r.fi_serial_ms},
+                                {"fi_pod_ms", r.fi_pod_ms},
+                                {"fi_pod_fused", r.fi_pod_fused},
+                                {"fi_valid", r.fi_valid},
+                                {"fi_max_diff", r.fi_max_diff}});
     }
     std::ofstream(args.json_path) << out.dump(2) << "\n";
   }
@@ -721,6 +847,11 @@ void add_pod_bench(CLI::App& bench) {
                   "POD's prefill tile: auto (wgmma where the GPU runs it) or mma (the serial "
                   "prefill follows --mma-prefill)")
       ->check(CLI::IsMember({"auto", "mma"}))
+      ->capture_default_str();
+  cmd->add_option("--peers", args->peers,
+                  "FlashInfer's serial and POD kernels on the same cases: named (the named and "
+                  "--cases cases), all (the sweep too) or none")
+      ->check(CLI::IsMember({"named", "all", "none"}))
       ->capture_default_str();
   add_kernel_option_flags(*cmd, args->kernels);
   cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")

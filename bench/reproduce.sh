@@ -6,7 +6,8 @@
 #   2. allocator: vpod bench kvcache
 #   3. offline:   vpod bench offline, makespan of static traces (8K/16K prompts, P:D 50/100/500)
 #   4. online:    vpod serve + vpod bench serve, arXiv-like trace, TTFT/TPOT/P99 against rate
-# each end-to-end one in the modes vattn+pod, vattn+serial and paged+serial, on
+# each end-to-end one in the modes vattn+pod, vattn+serial, paged+serial and
+# paged+pod (FlashInfer's own POD kernel, FA2-based, for hybrid steps), on
 # random-weight models at real shapes (vpod make-model presets llama3-8b, yi-6b-200k).
 #
 # Usage: bench/reproduce.sh [--build DIR] [--out DIR] [--models DIR] [--docs DIR]
@@ -167,7 +168,7 @@ if has kernels; then
   done
 fi
 
-modes=(vattn+pod vattn+serial paged+serial)
+modes=(vattn+pod vattn+serial paged+serial paged+pod)
 if [[ -n "${MODES:-}" ]]; then read -r -a modes <<< "$MODES"; fi
 mode_flags() {  # vattn+pod -> --kv-cache vattn --attention pod
   echo "--kv-cache ${1%%+*} --attention ${1##*+}"

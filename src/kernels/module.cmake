@@ -5,6 +5,8 @@
 #   FA3 prefill        sm_90a only
 #   FA2 prefill        every architecture but sm_90a (sm_80)
 #   FA2 decode, plans  every architecture
+#   FA2 POD            every architecture (FlashInfer's POD wrapper, the paged
+#                      baseline's --attention pod)
 # Only head_dim 128, fp16/bf16, the masks vpod uses are instantiated.
 include(${CMAKE_SOURCE_DIR}/cmake/flashinfer.cmake)
 
@@ -40,6 +42,8 @@ endfunction()
 vpod_flashinfer_objects(vpod_flashinfer_common "${VPOD_CUDA_ARCHS}"
   ${vpod_fi_dir}/fi_plan.cu ${vpod_fi_dir}/page_gather.cu ${vpod_fi_dir}/fa2_decode_f16.cu
   ${vpod_fi_dir}/fa2_decode_bf16.cu)
+vpod_flashinfer_objects(vpod_flashinfer_pod "${VPOD_CUDA_ARCHS}"
+  ${vpod_fi_dir}/fa2_pod_f16.cu ${vpod_fi_dir}/fa2_pod_bf16.cu)
 if(vpod_fi_fa3_archs)
   vpod_flashinfer_objects(vpod_flashinfer_fa3 "${vpod_fi_fa3_archs}"
     ${vpod_fi_dir}/fa3_prefill_f16.cu ${vpod_fi_dir}/fa3_prefill_bf16.cu)

@@ -41,11 +41,15 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
   if (paged_kv != nullptr) {
     // FlashInfer's plan. Only decode-only steps are replayed as graphs: they
     // plan in FlashInfer's CUDA-graph mode (a launch shape fixed by the batch
-    // size), the others as FlashInfer's eager wrappers do.
+    // size), the others as FlashInfer's eager wrappers do. --attention pod:
+    // FlashInfer's POD kernel for the hybrid steps.
     const attention::AttentionDims dims{num_q_heads, num_kv_heads, head_dim, options_.dtype};
     const bool cuda_graph = step.batch->prefills.empty();
-    VPOD_ASSIGN_OR_RETURN(const bool moved,
-                          plan.paged.build(*step.batch, dims, *paged_kv, cuda_graph, stream_));
+    const attention::fi::PagedMode mode = options_.attention_mode == AttentionMode::pod
+                                              ? attention::fi::PagedMode::pod
+                                              : attention::fi::PagedMode::serial;
+    VPOD_ASSIGN_OR_RETURN(const bool moved, plan.paged.build(*step.batch, dims, *paged_kv,
+                                                             cuda_graph, stream_, mode));
     plan.kind = StepPlan::Kind::flashinfer;
     plan.ready = true;
     return moved;
@@ -123,9 +127,7 @@ Status AttentionRunner::run(const StepPlan& plan, const TensorView& q, const KvC
     if (plan.kind != StepPlan::Kind::flashinfer) {
       return failed_precondition("a paged KV cache needs the step planned for it");
     }
-    const PagedKvView& paged = kv.paged[layer];
-    VPOD_RETURN_IF_ERROR(plan.paged.prefill(q, paged, out, scale, stream_));
-    return plan.paged.decode(q, paged, out, scale, stream_);
+    return plan.paged.run(q, kv.paged[layer], out, scale, stream_);
   }
   if (q.dtype() != DType::f32 && uses_kernels(static_cast<int>(q.size(2)))) {
     VPOD_CHECK(plan.work() != nullptr);

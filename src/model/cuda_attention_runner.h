@@ -4,8 +4,8 @@
 // fused POD launch, or vpod's prefill then decode kernels; the simple exact
 // kernel (simple_attention.h) when they do not cover the dtype or head_dim,
 // or when options ask for it. A paged cache: FlashInfer's kernels
-// (kernels/attention/flashinfer), prefill then decode, whatever --attention
-// says (FlashInfer has no FA3 POD).
+// (kernels/attention/flashinfer), prefill then decode, or with --attention
+// pod FlashInfer's (FA2-based) POD kernel for hybrid steps.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -6,7 +6,8 @@
 //
 // On the CUDA backend it holds the kernels' plan (src/kernels/attention:
 // AttentionPlan for --attention serial, PodPlan for pod, over a contiguous
-// cache; FlashInfer's PagedPlan over a paged one, whatever --attention says)
+// cache; FlashInfer's PagedPlan over a paged one: its serial kernels, or its
+// POD kernel for hybrid steps with --attention pod)
 // and the device buffers that plan is uploaded to. The CPU backend needs no plan and leaves
 // it empty; so does the CUDA backend when attention runs on the simple kernel.
 #pragma once

@@ -122,7 +122,9 @@ StepInputs random_inputs(const AttentionDims& dims, int tokens, std::mt19937_64&
 // A device copy of a host cache plus the buffers one step needs.
 class GpuAttention {
  public:
-  explicit GpuAttention(HostKvCache& host) : host_(host) {
+  // `paged_mode`: how a paged cache's FlashInfer plan runs hybrid steps.
+  explicit GpuAttention(HostKvCache& host, fi::PagedMode paged_mode = fi::PagedMode::serial)
+      : host_(host), paged_mode_(paged_mode) {
     stream_ = cuda::Stream::create().value();
     k_ = cuda::DeviceBuffer::allocate(host.k.size() * 2).value();
     v_ = cuda::DeviceBuffer::allocate(host.v.size() * 2).value();
@@ -173,17 +175,17 @@ class GpuAttention {
             : PagedKvView{};
     fi::PagedPlan paged_plan;
     if (testing::is_paged(host_.layout)) {
-      const Result<bool> built = paged_plan.build(
-          batch, dims, paged_kv, flashinfer_graph_mode.value_or(use_graph), stream_.get());
+      const Result<bool> built =
+          paged_plan.build(batch, dims, paged_kv, flashinfer_graph_mode.value_or(use_graph),
+                           stream_.get(), paged_mode_);
       EXPECT_TRUE(built.ok()) << built.status().to_string();
+      fused_ = paged_plan.fused();
     }
     auto launch_all = [&] {
       if (testing::is_paged(host_.layout)) {
         EXPECT_TRUE(append_kv(plan, buffers, k_view, v_view, paged_kv, stream_.get()).ok());
-        const Status p = paged_plan.prefill(q_view, paged_kv, out_view, scale, stream_.get());
-        EXPECT_TRUE(p.ok()) << p.to_string();
-        const Status d = paged_plan.decode(q_view, paged_kv, out_view, scale, stream_.get());
-        EXPECT_TRUE(d.ok()) << d.to_string();
+        const Status r = paged_plan.run(q_view, paged_kv, out_view, scale, stream_.get());
+        EXPECT_TRUE(r.ok()) << r.to_string();
       } else {
         const KvLayerView kv = host_.view(k_.data(), v_.data(), Device::cuda);
         EXPECT_TRUE(append_kv(plan, buffers, k_view, v_view, kv, stream_.get()).ok());
@@ -231,6 +233,9 @@ class GpuAttention {
     return result;
   }
 
+  // Whether the last step ran FlashInfer's POD kernel.
+  bool fused() const { return fused_; }
+
  private:
   cuda::DeviceBuffer upload(const std::vector<std::uint16_t>& host) {
     cuda::DeviceBuffer b =
@@ -241,6 +246,8 @@ class GpuAttention {
   }
 
   HostKvCache& host_;
+  fi::PagedMode paged_mode_;
+  bool fused_ = false;
   cuda::Stream stream_;
   cuda::DeviceBuffer k_, v_, table_;
 };
@@ -754,6 +761,48 @@ TEST(AttentionGpuTest, FlashInferPagedMatchesReference) {
                 make_batch({}, {1, 2, 15, 16, 17, 4097}), options, rng, "flashinfer decodes");
   run_and_check({32, 8, 128, DType::f16}, KvLayout::paged16, make_batch({{0, 1025}}, {}), options,
                 rng, "flashinfer prompt");
+}
+
+// FlashInfer's POD kernel (the paged baseline's --attention pod) on the
+// sweep batch and on Llama-3-8B's heads with a long chunk beside many
+// decodes: every step must run fused (one launch) and meet the reference's
+// bound; fp16 and bf16, groups 1 / 4 / 8, pages of 1 / 16 / 64. A group of 20
+// runs serially (POD's 16-row decode tile) and still matches.
+TEST(AttentionGpuTest, FlashInferPodMatchesReference) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  const PlanOptions options{num_sms(), 0, 0};
+  struct Case {
+    AttentionDims dims;
+    KvLayout layout;
+    HybridBatch batch;
+    bool fused;
+  };
+  const std::vector<Case> cases = {
+      {{2, 2, 128, DType::f16}, KvLayout::paged16, sweep_batch(), true},
+      {{8, 2, 128, DType::bf16}, KvLayout::paged1, sweep_batch(), true},
+      {{16, 2, 128, DType::f16}, KvLayout::paged64, sweep_batch(), true},
+      {{32, 8, 128, DType::bf16},
+       KvLayout::paged16,
+       make_batch({{1000, 1100}}, {1, 2, 17, 300, 4097, 4097, 8000, 9000}),
+       true},
+      {{32, 8, 128, DType::f16},
+       KvLayout::paged16,
+       make_batch({{0, 40}, {2000, 17}}, {5, 4097}),
+       true},
+      {{40, 2, 128, DType::f16}, KvLayout::paged16, sweep_batch(), false},
+  };
+  for (const Case& c : cases) {
+    HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
+    cache.fill_cached(c.batch, rng);
+    const StepInputs in = random_inputs(c.dims, c.batch.num_tokens(), rng);
+    GpuAttention gpu(cache, fi::PagedMode::pod);
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.dims.head_dim));
+    const auto out = gpu.step(c.batch, in, options, scale);
+    EXPECT_EQ(gpu.fused(), c.fused) << label_of(c.dims, c.layout, "flashinfer pod");
+    compare_with_reference(cache, c.batch, in, out, scale, rows_to_check(c.batch, rng),
+                           label_of(c.dims, c.layout, "flashinfer pod").c_str());
+  }
 }
 
 // FlashInfer's paged kernels against vpod's contiguous ones on the same

@@ -7,10 +7,11 @@
 # it), with /work/main linked to this checkout where the two differ.
 # STAGES (comma list, default all): tests, greedy, model, offline.
 #   tests:   ctest -L gpu
-#   greedy:  vpod serve in vattn+pod, vattn+serial, paged+serial; fixed greedy
-#            prompts (tools/seam/greedy_outputs.py), one hash per mode and pass
+#   greedy:  vpod serve in each mode; fixed greedy prompts
+#            (tools/seam/greedy_outputs.py), one hash per mode and pass
 #   model:   vpod bench model, llama3-8b, decode batch 1 and 64
-#   offline: vpod bench offline, llama3-8b, 16K prompts, P:D 100, 32 requests, 3 modes
+#   offline: vpod bench offline, llama3-8b, 16K prompts, P:D 100, 32 requests, each mode
+# Modes (MODES, space-separated): vattn+pod vattn+serial paged+serial paged+pod.
 # The llama3-8b random-weight model is made once in /tmp/seam-llama3-8b.
 set -uo pipefail
 archive=$(realpath "$1")
@@ -22,6 +23,7 @@ echo "checkout at $repo"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 has() { [[ ",$stages," == *",$1,"* ]]; }
+read -r -a modes <<< "${MODES:-vattn+pod vattn+serial paged+serial paged+pod}"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   git -C "$repo" rev-parse --short HEAD 2>/dev/null; } | tee "$out/env.txt"
 ldd "$vpod" | grep "not found"
@@ -45,7 +47,7 @@ fi
 if has greedy; then
   echo "== greedy outputs"
   port=8311
-  for mode in vattn+pod vattn+serial paged+serial; do
+  for mode in "${modes[@]}"; do
     "$vpod" serve --model "$model" --port $port --served-model-name m --max-model-len 8192 \
       --kv-cache "${mode%%+*}" --attention "${mode##*+}" > "$out/serve_${mode/+/-}.log" 2>&1 &
     pid=$!
@@ -70,7 +72,7 @@ fi
 
 if has offline; then
   echo "== bench offline (16K, P:D 100, 32 requests)"
-  for mode in vattn+pod vattn+serial paged+serial; do
+  for mode in "${modes[@]}"; do
     timeout 150 "$vpod" bench offline --model "$model" --input-len 16384 --pd-ratio 100 \
       --num-requests 32 --kv-cache "${mode%%+*}" --attention "${mode##*+}" \
       --json "$out/offline_${mode/+/-}.json" > "$out/offline_${mode/+/-}.log" 2>&1

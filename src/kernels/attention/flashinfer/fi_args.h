@@ -84,11 +84,15 @@ std::size_t fa3_int_workspace_bytes(const PlanBatch& batch, int num_sms);
 
 // FA2 batch prefill (also the tensor-core decode): PrefillPlan. `cuda_graph`:
 // FlashInfer's CUDA-graph mode (grid fixed by the batch size, always split).
+// `colocated_ctas`: CTAs another half of a POD launch occupies (the prefill's
+// KV splits leave room for them; 0 outside POD).
 std::string plan_fa2(const PlanBuffers& buffers, const PlanBatch& batch, bool cuda_graph,
-                     cudaStream_t stream, std::int64_t* plan_info);
+                     int colocated_ctas, cudaStream_t stream, std::int64_t* plan_info);
 // The workspaces plan_fa2 needs for this batch (PrefillPlanWorkspaceSize).
-std::string fa2_workspace_bytes(const PlanBatch& batch, bool cuda_graph, std::size_t* float_bytes,
-                                std::size_t* int_bytes);
+std::string fa2_workspace_bytes(const PlanBatch& batch, bool cuda_graph, int colocated_ctas,
+                                std::size_t* float_bytes, std::size_t* int_bytes);
+// PrefillPlanInfo's padded batch size: the CTAs of a planned FA2 launch per KV head.
+std::int64_t fa2_padded_batch_size(const std::int64_t* plan_info);
 
 // Writes a batch's page ids from vpod's block table, on the device:
 //   indices[kv_indptr[b] + p] = block_table[slots[b] * max_blocks_per_slot + p]
@@ -107,5 +111,12 @@ std::string run_fa2_prefill_f16(const RunArgs& args);  // causal
 std::string run_fa2_prefill_bf16(const RunArgs& args);
 std::string run_fa2_decode_f16(const RunArgs& args);  // one query row per sequence, no mask
 std::string run_fa2_decode_bf16(const RunArgs& args);
+// FlashInfer's POD kernel: `prefill` (causal) and `decode` (one row per
+// sequence, planned with query tile 16) in one launch (fa2_pod.cuh). `sched`:
+// device int32 [kPodSchedInts], the kernel's SM-aware counters (zeroed on the
+// stream before each launch).
+inline constexpr int kPodSchedInts = 1024 + 2;
+std::string run_fa2_pod_f16(const RunArgs& prefill, const RunArgs& decode, std::int32_t* sched);
+std::string run_fa2_pod_bf16(const RunArgs& prefill, const RunArgs& decode, std::int32_t* sched);
 
 }  // namespace vpod::attention::fi

@@ -63,7 +63,7 @@ std::string plan_fa3(const PlanBuffers& buffers, const PlanBatch& batch, cudaStr
 }
 
 std::string plan_fa2(const PlanBuffers& buffers, const PlanBatch& batch, bool cuda_graph,
-                     cudaStream_t stream, std::int64_t* plan_info) {
+                     int colocated_ctas, cudaStream_t stream, std::int64_t* plan_info) {
   return guarded([&] {
     flashinfer::PrefillPlanInfo info;
     const cudaError_t status = flashinfer::PrefillPlan<std::int32_t>(
@@ -75,15 +75,15 @@ std::string plan_fa2(const PlanBuffers& buffers, const PlanBatch& batch, bool cu
         static_cast<std::uint32_t>(batch.head_dim), static_cast<std::uint32_t>(batch.page_size),
         cuda_graph, /*sizeof_dtype_o=*/2,
         /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
-        /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, stream);
+        /*num_colocated_ctas=*/colocated_ctas, /*uniform_q_len=*/0, stream);
     const std::vector<std::int64_t> v = info.ToVector();
     std::copy(v.begin(), v.end(), plan_info);
     return status;
   });
 }
 
-std::string fa2_workspace_bytes(const PlanBatch& batch, bool cuda_graph, std::size_t* float_bytes,
-                                std::size_t* int_bytes) {
+std::string fa2_workspace_bytes(const PlanBatch& batch, bool cuda_graph, int colocated_ctas,
+                                std::size_t* float_bytes, std::size_t* int_bytes) {
   return guarded([&] {
     return flashinfer::PrefillPlanWorkspaceSize<std::int32_t>(
         *float_bytes, *int_bytes, batch.qo_indptr, batch.kv_indptr,
@@ -93,8 +93,14 @@ std::string fa2_workspace_bytes(const PlanBatch& batch, bool cuda_graph, std::si
         static_cast<std::uint32_t>(batch.head_dim), static_cast<std::uint32_t>(batch.page_size),
         cuda_graph, /*sizeof_dtype_o=*/2,
         /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
-        /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, /*stream=*/nullptr);
+        /*num_colocated_ctas=*/colocated_ctas, /*uniform_q_len=*/0, /*stream=*/nullptr);
   });
+}
+
+std::int64_t fa2_padded_batch_size(const std::int64_t* plan_info) {
+  flashinfer::PrefillPlanInfo info;
+  info.FromVector(std::vector<std::int64_t>(plan_info, plan_info + 15));
+  return info.padded_batch_size;
 }
 
 }  // namespace vpod::attention::fi

@@ -18,6 +18,11 @@ constexpr int kHeadDim = 128;  // the only head_dim instantiated (every preset's
 constexpr int kDecodeTiles[] = {16, 64};
 // Indices of PrefillPlanInfo's vector (scheduler.cuh ToVector()).
 constexpr int kFa2CtaTileQ = 3;
+// FlashInfer's POD: its decode half's query tile, and the prefill size above
+// which the wrapper plans the prefill's KV splits as if alone ("splitting
+// small prefill causes unnecessary bandwidth contention", pod.py).
+constexpr int kPodDecodeTileQ = 16;
+constexpr int kPodColocateUpToRows = 1536;
 // Buffers grow to twice the need (at least 64 KiB), so growth stays rare.
 constexpr std::size_t kMinBufferBytes = std::size_t{1} << 16;
 
@@ -94,6 +99,7 @@ Status paged_attention_supported(const AttentionDims& dims) {
 void PagedPlan::clear() {
   num_prefill_tokens_ = 0;
   num_decodes_ = 0;
+  fused_ = false;
   for (Part* part : {&prefill_, &decode_}) {
     part->batch_size = part->num_rows = 0;
     std::fill(std::begin(part->plan_info), std::end(part->plan_info), 0);
@@ -125,6 +131,10 @@ std::uint64_t PagedPlan::launch_key() const {
   mix(reinterpret_cast<std::uintptr_t>(pages_.data()));
   mix(reinterpret_cast<std::uintptr_t>(float_workspace_.data()));
   mix(static_cast<std::uint64_t>(prefill_backend_));
+  if (fused_) {
+    mix(reinterpret_cast<std::uintptr_t>(pod_float_workspace_.data()));
+    mix(reinterpret_cast<std::uintptr_t>(pod_sched_.data()));
+  }
   return h;
 }
 
@@ -180,7 +190,7 @@ void PagedPlan::write_part(const std::vector<BatchSequence>& seqs, const Part& p
   }
 }
 
-Result<bool> PagedPlan::plan_part(Part& part, bool fa3, bool cuda_graph, cudaStream_t stream) {
+Result<bool> PagedPlan::plan_part(Part& part, const PartPlan& how, cudaStream_t stream) {
   PlanBatch batch;
   batch.qo_indptr = part.qo_indptr_host.data();
   batch.kv_indptr = part.kv_indptr_host.data();
@@ -192,30 +202,34 @@ Result<bool> PagedPlan::plan_part(Part& part, bool fa3, bool cuda_graph, cudaStr
   batch.head_dim = dims_.head_dim;
   batch.page_size = page_size_;
   std::size_t float_bytes = 0, int_bytes = 0;
-  if (fa3) {
+  if (how.fa3) {
     int_bytes = fa3_int_workspace_bytes(batch, num_sms_);
   } else {
-    const std::string error = fa2_workspace_bytes(batch, cuda_graph, &float_bytes, &int_bytes);
+    const std::string error =
+        fa2_workspace_bytes(batch, how.cuda_graph, how.colocated_ctas, &float_bytes, &int_bytes);
     if (!error.empty()) return flashinfer_error("plan", error);
   }
+  cuda::DeviceBuffer& floats = *how.floats;
   VPOD_ASSIGN_OR_RETURN(const bool int_moved, reserve(part.int_workspace, int_bytes));
-  VPOD_ASSIGN_OR_RETURN(const bool float_moved, reserve(float_workspace_, float_bytes));
+  VPOD_ASSIGN_OR_RETURN(const bool float_moved, reserve(floats, float_bytes));
   VPOD_RETURN_IF_ERROR(reserve(part.pinned, part.int_workspace.bytes()));
   PlanBuffers buffers;
   buffers.int_workspace = part.int_workspace.data();
   buffers.pinned = part.pinned.data();
   buffers.int_bytes = part.int_workspace.bytes();
-  buffers.float_workspace = float_workspace_.data();
-  buffers.float_bytes = float_workspace_.bytes();
+  buffers.float_workspace = floats.data();
+  buffers.float_bytes = floats.bytes();
   std::fill(std::begin(part.plan_info), std::end(part.plan_info), 0);
-  const std::string error = fa3 ? plan_fa3(buffers, batch, stream, part.plan_info)
-                                : plan_fa2(buffers, batch, cuda_graph, stream, part.plan_info);
+  const std::string error = how.fa3 ? plan_fa3(buffers, batch, stream, part.plan_info)
+                                    : plan_fa2(buffers, batch, how.cuda_graph, how.colocated_ctas,
+                                               stream, part.plan_info);
   if (!error.empty()) return flashinfer_error("plan", error);
   return int_moved || float_moved;
 }
 
 Result<bool> PagedPlan::build(const HybridBatch& batch, const AttentionDims& dims,
-                              const PagedKvView& kv, bool cuda_graph, cudaStream_t stream) {
+                              const PagedKvView& kv, bool cuda_graph, cudaStream_t stream,
+                              PagedMode mode) {
   clear();
   if (kv.device != Device::cuda || kv.block_table == nullptr || kv.block_size < 1) {
     return invalid_argument("FlashInfer's paged plan needs a CUDA paged view with a block table");
@@ -252,13 +266,34 @@ Result<bool> PagedPlan::build(const HybridBatch& batch, const AttentionDims& dim
   write_part(batch.decodes, decode_);
   write_part(batch.prefills, prefill_);
   VPOD_ASSIGN_OR_RETURN(bool moved, reserve(pages_, cursor * sizeof(std::int32_t)));
+  // FlashInfer's POD kernel runs a decode query tile of 16 rows: GQA groups
+  // up to 16 (its planner packs a decode's group into one tile).
+  const bool pod = mode == PagedMode::pod && decode_.batch_size > 0 && prefill_.batch_size > 0 &&
+                   dims.group_size() <= kPodDecodeTileQ;
   if (decode_.batch_size > 0) {
-    VPOD_ASSIGN_OR_RETURN(const bool m, plan_part(decode_, /*fa3=*/false, cuda_graph, stream));
+    VPOD_ASSIGN_OR_RETURN(
+        const bool m,
+        plan_part(decode_, {.cuda_graph = cuda_graph, .floats = &float_workspace_}, stream));
     moved = moved || m;
   }
-  if (prefill_.batch_size > 0) {
-    VPOD_ASSIGN_OR_RETURN(
-        const bool m, plan_part(prefill_, prefill_backend_ == PrefillBackend::fa3, false, stream));
+  if (pod) {
+    // As BatchPODWithPagedKVCacheWrapper.plan: the prefill half (FA2) plans
+    // its KV splits around the decode half's CTAs, unless it is large.
+    const int colocated = prefill_.num_rows > kPodColocateUpToRows
+                              ? 0
+                              : static_cast<int>(fa2_padded_batch_size(decode_.plan_info));
+    VPOD_ASSIGN_OR_RETURN(const bool m, plan_part(prefill_,
+                                                  {.cuda_graph = false,
+                                                   .colocated_ctas = colocated,
+                                                   .floats = &pod_float_workspace_},
+                                                  stream));
+    VPOD_ASSIGN_OR_RETURN(const bool s, reserve(pod_sched_, kPodSchedInts * sizeof(std::int32_t)));
+    moved = moved || m || s;
+  } else if (prefill_.batch_size > 0) {
+    VPOD_ASSIGN_OR_RETURN(const bool m, plan_part(prefill_,
+                                                  {.fa3 = prefill_backend_ == PrefillBackend::fa3,
+                                                   .floats = &float_workspace_},
+                                                  stream));
     moved = moved || m;
   }
   VPOD_CUDA_RETURN_IF_ERROR(
@@ -283,6 +318,12 @@ Result<bool> PagedPlan::build(const HybridBatch& batch, const AttentionDims& dim
       return unimplemented(fmt::format("FlashInfer's decode planned query tile {}", tile));
     }
   }
+  if (pod && decode_cta_tile_q() != kPodDecodeTileQ) {
+    return unimplemented(
+        fmt::format("FlashInfer's POD kernel runs a 16-row decode tile; its planner chose {}",
+                    decode_cta_tile_q()));
+  }
+  fused_ = pod;
   num_prefill_tokens_ = prefill_.num_rows;
   num_decodes_ = decode_.batch_size;
   return moved;
@@ -318,7 +359,7 @@ Status PagedPlan::validate_launch(const TensorView& q, const PagedKvView& kv, co
 
 RunArgs PagedPlan::run_args(const Part& part, int row_offset, const TensorView& q,
                             const PagedKvView& kv, const TensorView& out, float softmax_scale,
-                            cudaStream_t stream) const {
+                            cudaStream_t stream, const cuda::DeviceBuffer& floats) const {
   const std::size_t elem = dtype_size(dims_.dtype);
   RunArgs a;
   a.dtype = dims_.dtype == DType::bf16 ? Element::bf16 : Element::f16;
@@ -346,7 +387,7 @@ RunArgs PagedPlan::run_args(const Part& part, int row_offset, const TensorView& 
   a.kv.last_page_len = pages + part.last_page_len;
   a.sm_scale = softmax_scale;
   a.int_workspace = part.int_workspace.data();
-  a.float_workspace = float_workspace_.data();
+  a.float_workspace = floats.data();
   std::copy(std::begin(part.plan_info), std::end(part.plan_info), a.plan_info);
   a.stream = stream;
   return a;
@@ -355,8 +396,9 @@ RunArgs PagedPlan::run_args(const Part& part, int row_offset, const TensorView& 
 Status PagedPlan::prefill(const TensorView& q, const PagedKvView& kv, const TensorView& out,
                           float softmax_scale, cudaStream_t stream) const {
   if (prefill_.batch_size == 0) return {};
+  if (fused_) return failed_precondition("the step is planned for FlashInfer's POD kernel: run()");
   VPOD_RETURN_IF_ERROR(validate_launch(q, kv, out, softmax_scale));
-  const RunArgs args = run_args(prefill_, 0, q, kv, out, softmax_scale, stream);
+  const RunArgs args = run_args(prefill_, 0, q, kv, out, softmax_scale, stream, float_workspace_);
   const bool bf16 = args.dtype == Element::bf16;
   std::string error;
   if (prefill_backend_ == PrefillBackend::fa3) {
@@ -379,12 +421,36 @@ Status PagedPlan::prefill(const TensorView& q, const PagedKvView& kv, const Tens
 Status PagedPlan::decode(const TensorView& q, const PagedKvView& kv, const TensorView& out,
                          float softmax_scale, cudaStream_t stream) const {
   if (decode_.batch_size == 0) return {};
+  if (fused_) return failed_precondition("the step is planned for FlashInfer's POD kernel: run()");
   VPOD_RETURN_IF_ERROR(validate_launch(q, kv, out, softmax_scale));
-  const RunArgs args = run_args(decode_, num_prefill_tokens_, q, kv, out, softmax_scale, stream);
+  const RunArgs args =
+      run_args(decode_, num_prefill_tokens_, q, kv, out, softmax_scale, stream, float_workspace_);
   const std::string error =
       args.dtype == Element::bf16 ? run_fa2_decode_bf16(args) : run_fa2_decode_f16(args);
   if (!error.empty()) return flashinfer_error("decode", error);
   return {};
+}
+
+Status PagedPlan::run_pod(const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                          float softmax_scale, cudaStream_t stream) const {
+  VPOD_RETURN_IF_ERROR(validate_launch(q, kv, out, softmax_scale));
+  const RunArgs prefill =
+      run_args(prefill_, 0, q, kv, out, softmax_scale, stream, pod_float_workspace_);
+  const RunArgs decode =
+      run_args(decode_, num_prefill_tokens_, q, kv, out, softmax_scale, stream, float_workspace_);
+  auto* sched = pod_sched_.as<std::int32_t>();
+  const std::string error = prefill.dtype == Element::bf16
+                                ? run_fa2_pod_bf16(prefill, decode, sched)
+                                : run_fa2_pod_f16(prefill, decode, sched);
+  if (!error.empty()) return flashinfer_error("POD", error);
+  return {};
+}
+
+Status PagedPlan::run(const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                      float softmax_scale, cudaStream_t stream) const {
+  if (fused_) return run_pod(q, kv, out, softmax_scale, stream);
+  VPOD_RETURN_IF_ERROR(prefill(q, kv, out, softmax_scale, stream));
+  return decode(q, kv, out, softmax_scale, stream);
 }
 
 }  // namespace vpod::attention::fi

@@ -4,6 +4,10 @@
 // its tensor-core decode (the FA2 batch prefill kernel with one query row per
 // sequence, as BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)).
 //
+// A hybrid batch planned with PagedMode::pod runs FlashInfer's POD kernel
+// instead (BatchPODWithPagedKVCacheWrapper: FA2 prefill and the tensor-core
+// decode in one launch, fa2_pod.cuh), the paged baseline's `--attention pod`.
+//
 // Plan once per step on the CPU, run once per layer, like FlashInfer's
 // wrappers: build() turns the batch into FlashInfer's page lists (indptr and
 // last_page_len on the host; indices gathered on the device from the cache's
@@ -47,6 +51,11 @@ Status paged_attention_supported(const AttentionDims& dims);
 // Which FlashInfer kernel runs the prefill chunks.
 enum class PrefillBackend : std::uint8_t { fa3, fa2 };
 
+// serial: prefill chunks, then decodes (two launches). pod: FlashInfer's POD
+// kernel for a step with both (one launch); a step with only one kind, or a
+// GQA group over 16 (POD's decode tile holds 16 rows), runs serially.
+enum class PagedMode : std::uint8_t { serial, pod };
+
 class PagedPlan {
  public:
   PagedPlan() = default;
@@ -61,7 +70,7 @@ class PagedPlan {
   // stale. The previous build's uploads are waited for before their staging
   // is rewritten.
   Result<bool> build(const HybridBatch& batch, const AttentionDims& dims, const PagedKvView& kv,
-                     bool cuda_graph, cudaStream_t stream);
+                     bool cuda_graph, cudaStream_t stream, PagedMode mode = PagedMode::serial);
   // Forgets the step (no tokens), keeps the buffers.
   void clear();
 
@@ -70,12 +79,18 @@ class PagedPlan {
   int num_decode_tokens() const { return num_decodes_; }
   int num_tokens() const { return num_prefill_tokens_ + num_decodes_; }
   PrefillBackend prefill_backend() const { return prefill_backend_; }
+  // The step runs FlashInfer's POD kernel (built with PagedMode::pod, both
+  // kinds present): run() launches it, prefill() and decode() refuse.
+  bool fused() const { return fused_; }
   // FlashInfer's query tile for the decodes (16 or 64; 0: no decodes).
   int decode_cta_tile_q() const;
   // Everything a recorded launch bakes in beyond the per-step data in the
   // plan's buffers (plan infos, buffer addresses, batch sizes).
   std::uint64_t launch_key() const;
 
+  // The step's attention: the POD launch when fused(), else prefill() then decode().
+  Status run(const TensorView& q, const PagedKvView& kv, const TensorView& out, float softmax_scale,
+             cudaStream_t stream) const;
   // Attention of the prefill chunks' queries (rows [0, num_prefill_tokens)).
   Status prefill(const TensorView& q, const PagedKvView& kv, const TensorView& out,
                  float softmax_scale, cudaStream_t stream) const;
@@ -96,6 +111,13 @@ class PagedPlan {
     // Host arrays FlashInfer's planners read (cleared, never shrunk).
     std::vector<std::int32_t> qo_indptr_host, kv_indptr_host, kv_len_host;
   };
+  // How a part is planned.
+  struct PartPlan {
+    bool fa3 = false;
+    bool cuda_graph = false;
+    int colocated_ctas = 0;                // FA2: the other POD half's CTAs
+    cuda::DeviceBuffer* floats = nullptr;  // the split partials' buffer
+  };
 
   // Lays the part's page lists out at `cursor` (int32 units) in the staging
   // image: qo_indptr, kv_indptr, last_page_len, slots, then room for indices
@@ -103,11 +125,14 @@ class PagedPlan {
   Status lay_out_part(const std::vector<BatchSequence>& seqs, const PagedKvView& kv, Part& part,
                       std::size_t& cursor);
   void write_part(const std::vector<BatchSequence>& seqs, const Part& part);
-  Result<bool> plan_part(Part& part, bool fa3, bool cuda_graph, cudaStream_t stream);
+  Result<bool> plan_part(Part& part, const PartPlan& how, cudaStream_t stream);
   Status validate_launch(const TensorView& q, const PagedKvView& kv, const TensorView& out,
                          float softmax_scale) const;
   RunArgs run_args(const Part& part, int row_offset, const TensorView& q, const PagedKvView& kv,
-                   const TensorView& out, float softmax_scale, cudaStream_t stream) const;
+                   const TensorView& out, float softmax_scale, cudaStream_t stream,
+                   const cuda::DeviceBuffer& floats) const;
+  Status run_pod(const TensorView& q, const PagedKvView& kv, const TensorView& out,
+                 float softmax_scale, cudaStream_t stream) const;
 
   AttentionDims dims_;
   int page_size_ = 0;
@@ -116,6 +141,7 @@ class PagedPlan {
   int num_sms_ = 0;
   int cc_major_ = 0;
   PrefillBackend prefill_backend_ = PrefillBackend::fa3;
+  bool fused_ = false;
   Part prefill_;
   Part decode_;
   // Page lists of both parts: [decode qo_indptr | kv_indptr | last_page_len |
@@ -124,7 +150,11 @@ class PagedPlan {
   cuda::PinnedBuffer pages_host_;
   cuda::DeviceBuffer pages_;
   cuda::DeviceBuffer float_workspace_;  // split partials (FA2), shared: launches are serial
-  cuda::Event uploaded_;                // after the last build's copies
+  // POD: the prefill half's split partials (the halves run at once) and the
+  // kernel's SM-aware counters [kPodSchedInts].
+  cuda::DeviceBuffer pod_float_workspace_;
+  cuda::DeviceBuffer pod_sched_;
+  cuda::Event uploaded_;  // after the last build's copies
   bool upload_pending_ = false;
 };
 
