@@ -144,15 +144,18 @@ __device__ __forceinline__ void load_tile_async(std::uint32_t smem, int tid, con
   constexpr int kChunks = kRows * Tile::kRowChunks;
   constexpr int kRowsPerPass = kThreads / Tile::kRowChunks;
   static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
-  static_assert(kRowsPerPass % 8 == 0, "a thread keeps one chunk column and row phase");
   const int row0 = tid / Tile::kRowChunks;
   const int chunk = tid % Tile::kRowChunks;
   const std::uint32_t dst0 = smem + Tile::offset(row0, chunk);
 #pragma unroll
   for (int i = 0; i < kChunks / kThreads; ++i) {
-    const char* src = static_cast<const char*>(row_src(row0 + i * kRowsPerPass));
-    cp_async_16(dst0 + i * kRowsPerPass * Tile::kRowBytes,
-                src != nullptr ? static_cast<const void*>(src + chunk * 16) : fallback,
+    const int row = row0 + i * kRowsPerPass;
+    const char* src = static_cast<const char*>(row_src(row));
+    // Passes of whole 8-row swizzle phases keep one offset pattern; fewer
+    // rows per pass (64 threads, head dim 128) recompute it.
+    const std::uint32_t dst = kRowsPerPass % 8 == 0 ? dst0 + i * kRowsPerPass * Tile::kRowBytes
+                                                    : smem + Tile::offset(row, chunk);
+    cp_async_16(dst, src != nullptr ? static_cast<const void*>(src + chunk * 16) : fallback,
                 src != nullptr);
   }
 }

@@ -1,31 +1,50 @@
 // The decode tile: flash-decoding for one sequence's single query, all (up to
 // 16) query heads of one KV head packed into the 16 rows of an mma tile, so
-// each K/V byte is read once per group. A device function for 128 threads and
-// DecodeTile::kSmemBytes of shared memory (the decode kernel and POD call it).
+// each K/V byte is read once per group. A device function for 32 * kTileWarps
+// threads and DecodeTile::kSmemBytes of shared memory: the decode kernels run
+// 4-warp tiles (a whole CTA); POD runs them too, or two 2-warp tiles side by
+// side in one CTA ("virtual decode CTAs", pod_kernel.cuh).
 //
 // Keys stream through a kStages-deep cp.async pipeline (3 stages, two CTAs per
 // SM; the deep decode kernel, decode_deep.cu, instantiates more stages for one
-// CTA per SM) in blocks of 64; warp
-// w takes keys [16w, 16w+16) of each block and keeps its own online softmax
-// (S = Q K^T and O += P V on mma.sync, Q held in registers). At the end the
-// four warps' partial results are merged through shared memory.
+// CTA per SM) in blocks of 16 keys per warp (64 for 4 warps); warp w takes
+// keys [16w, 16w+16) of each block and keeps its own online softmax (S = Q K^T
+// and O += P V on mma.sync, Q held in registers). At the end the warps'
+// partial results are merged through shared memory.
+//
+// Synchronization: a tile that is the whole CTA meets at __syncthreads
+// (barrier id 0); a tile sharing its CTA meets only at its own named barrier
+// (`bar.sync id, 32 * kTileWarps`, id 1..15), so the CTA's other tiles run
+// independently (any number of key blocks).
 //
 // Output: normalized rows to `out`, or for one KV split, fp32 normalized rows
-// plus their log2-sum-exp to the partial buffers.
+// plus their log2-sum-exp to the partials.
 #pragma once
 
 #include "kernels/attention/attention_device.cuh"
 
 namespace vpod::attention::device {
 
-template <typename T, int kHeadDim, int kPipelineStages = 3>
+// Synchronizes the kThreads threads of one tile: a named barrier (ids 1..15;
+// 0 is __syncthreads), or __syncwarp for a one-warp tile.
+template <int kThreads>
+__device__ __forceinline__ void tile_barrier(int barrier_id) {
+  if constexpr (kThreads == 32) {
+    __syncwarp();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(kThreads) : "memory");
+  }
+}
+
+template <typename T, int kHeadDim, int kPipelineStages = 3, int kTileWarps = 4>
 struct DecodeTile {
   static constexpr int kRows = kDecodeRows;  // 16 query heads
-  static constexpr int kBlockN = kDecodeBlockN;
-  static constexpr int kThreads = kAttentionThreads;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kWarpKeys = kBlockN / kWarps;  // 16
+  static constexpr int kWarps = kTileWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpKeys = 16;
+  static constexpr int kBlockN = kWarpKeys * kWarps;  // kDecodeBlockN for 4 warps
   static constexpr int kStages = kPipelineStages;
+  static_assert(kDecodeBlockN % kBlockN == 0, "plan splits must start on a key block");
   static_assert(kStages >= 2 && kStages <= 8, "cp.async groups in flight: 1..7");
   static constexpr int kKSteps = kHeadDim / 16;
   static constexpr int kDAtoms = kHeadDim / 8;
@@ -40,9 +59,19 @@ struct DecodeTile {
   static constexpr int kSmemBytes = kSmemQ + kSmemPipeline;
   using Tile = SwizzledTile<kHeadDim>;
   using E = ElementTraits<T>;
-  static_assert(kWarpKeys == 16, "a warp's keys are one k step of P V");
+  static_assert(kSmemBytes % 128 == 0, "POD places tiles back to back");
 
-  // Loads key block `block` (K and V) of the item into pipeline stage `stage`.
+  // Meets the tile's threads: __syncthreads when the tile is the CTA
+  // (barrier_id 0), else its named barrier.
+  static __device__ __forceinline__ void sync(int barrier_id) {
+    if (barrier_id == 0) {
+      __syncthreads();
+    } else {
+      tile_barrier<kThreads>(barrier_id);
+    }
+  }
+
+  // Loads key block [key0, key0 + kBlockN) of K and V into a pipeline stage.
   static __device__ __forceinline__ void load_stage(std::uint32_t s_stage, const KvAddressing& kv,
                                                     int slot, int kv_head, int key0, int kv_end,
                                                     int tid) {
@@ -51,9 +80,23 @@ struct DecodeTile {
     constexpr int kChunks = kBlockN * Tile::kRowChunks;
     static_assert(kChunks % kThreads == 0, "key block chunks must divide among the threads");
     constexpr int kRowsPerPass = kThreads / Tile::kRowChunks;
-    static_assert(kRowsPerPass % 8 == 0, "a thread keeps one chunk column and row phase");
     const int row0 = tid / Tile::kRowChunks;
     const int chunk = tid % Tile::kRowChunks;
+    if constexpr (kRowsPerPass % 8 != 0) {
+      // Fewer threads than 8 rows of chunks (2 warps, head dim 128): the
+      // swizzle phase changes from pass to pass.
+#pragma unroll
+      for (int i = 0; i < kChunks / kThreads; ++i) {
+        const int row = row0 + i * kRowsPerPass;
+        const bool valid = key0 + row < kv_end;
+        const std::int64_t offset =
+            valid ? kv_offset(kv, slot, key0 + row, kv_head) + chunk * 8 : 0;
+        const std::uint32_t dst = s_stage + Tile::offset(row, chunk);
+        cp_async_16(dst, k_base + offset, valid);
+        cp_async_16(dst + kSmemKV, v_base + offset, valid);
+      }
+      return;
+    }
     const std::uint32_t dst0 = s_stage + Tile::offset(row0, chunk);
     // One offset for this thread's first row, then a fixed stride per row
     // (no per-row index math).
@@ -72,12 +115,13 @@ struct DecodeTile {
   }
 
   // Runs one tile: the query heads [kv_head * group + 16 * head_chunk, +16) of
-  // decode item `item`. The caller owns `smem` (kSmemBytes, 128-byte aligned)
-  // and must __syncthreads() before reusing it.
+  // decode item `item`, on threads tid in [0, kThreads) meeting at
+  // `barrier_id` (sync). The caller owns `smem` (kSmemBytes, 128-byte
+  // aligned) and must synchronize the tile before reusing it.
   static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int kv_head,
-                             int head_chunk, char* smem, int tid) {
-    accumulate(p, item, kv_head, head_chunk, smem, tid);
-    __syncthreads();
+                             int head_chunk, char* smem, int tid, int barrier_id = 0) {
+    accumulate(p, item, kv_head, head_chunk, smem, tid, barrier_id);
+    sync(barrier_id);
     merge_and_write(p, item, kv_head, head_chunk, smem, tid);
   }
 
@@ -107,11 +151,12 @@ struct DecodeTile {
   }
 
   // The main loop of run(): streams the item's keys and leaves each warp's
-  // partial result in the merge buffers. The caller synchronizes (the CTA, or
-  // the cluster for decode_cluster_kernel) before anyone reads them.
+  // partial result in the merge buffers. The caller synchronizes (the tile,
+  // or the cluster for decode_cluster_kernel) before anyone reads them.
   static __device__ __forceinline__ void accumulate(const AttentionParams& p,
                                                     const DecodeWorkItem& item, int kv_head,
-                                                    int head_chunk, char* smem, int tid) {
+                                                    int head_chunk, char* smem, int tid,
+                                                    int barrier_id = 0) {
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int head0 = kv_head * p.group_size + head_chunk * kRows;
@@ -136,7 +181,7 @@ struct DecodeTile {
       cp_async_commit();  // the Q tile rides in the first group
     }
     cp_async_wait<kStages - 2>();
-    __syncthreads();
+    sync(barrier_id);
     std::uint32_t q_frag[kKSteps][4];
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -157,7 +202,7 @@ struct DecodeTile {
 
     for (int block = 0; block < num_blocks; ++block) {
       cp_async_wait<kStages - 2>();
-      __syncthreads();  // block landed; every warp is done with block - 1's stage
+      sync(barrier_id);  // block landed; every warp is done with block - 1's stage
       {
         const int next = block + kStages - 1;
         if (next < num_blocks) {
@@ -235,7 +280,7 @@ struct DecodeTile {
       }
     }
     cp_async_wait<0>();
-    __syncthreads();  // the pipeline's shared memory becomes the merge buffer
+    sync(barrier_id);  // the pipeline's shared memory becomes the merge buffer
 
     // Each warp's rows to the merge buffers (see merge_and_write).
 #pragma unroll
@@ -254,12 +299,14 @@ struct DecodeTile {
     }
   }
 
-  // The final merge's thread layout: 8 threads per row, kColsPerThread columns each.
-  static constexpr int kThreadsPerRow = kThreads / kRows;           // 8
-  static constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;  // 16 or 8
+  // The final merge's thread layout: kThreadsPerRow threads per row (8 for 4
+  // warps), kColsPerThread columns each.
+  static constexpr int kThreadsPerRow = kThreads / kRows;
+  static constexpr int kColsPerThread = kHeadDim / kThreadsPerRow;
+  static_assert(kColsPerThread % 8 == 0, "a thread writes whole 16-byte chunks");
 
-  // This thread's part of the four warps' merge (after accumulate and a
-  // __syncthreads): row tid / kThreadsPerRow, columns from (tid %
+  // This thread's part of the warps' merge (after accumulate and the tile's
+  // sync): row tid / kThreadsPerRow, columns from (tid %
   // kThreadsPerRow) * kColsPerThread. O = sum_w 2^(m_w - M) O_w / sum_w
   // 2^(m_w - M) l_w, normalized into `acc`; M and the sum for the
   // log-sum-exp.
@@ -302,8 +349,8 @@ struct DecodeTile {
     }
   }
 
-  // Merges the four warps' buffers (merge_warps, after accumulate and a
-  // __syncthreads) into normalized rows to `out`, or for one KV split fp32
+  // Merges the warps' buffers (merge_warps, after accumulate and the tile's
+  // sync) into normalized rows to `out`, or for one KV split fp32
   // rows plus their log2-sum-exp to the partials.
   static __device__ __forceinline__ void merge_and_write(const AttentionParams& p,
                                                          const DecodeWorkItem& item, int kv_head,

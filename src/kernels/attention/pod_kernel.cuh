@@ -1,11 +1,12 @@
 // The fused POD kernel: one launch whose 128-thread CTAs run either a prefill
-// tile or a decode CTA (one 4-warp DecodeTile, or two 2-warp
-// VirtualDecodeTiles side by side), chosen at run time by SM-aware
+// tile or a decode CTA (one 4-warp DecodeTile, or two 2-warp DecodeTiles side
+// by side, "virtual decode CTAs"), chosen at run time by SM-aware
 // scheduling. The prefill tile is the standalone prefill kernel's own device
 // function: on sm_90a the wgmma tile (run_prefill_wgmma_tile, one warpgroup),
 // elsewhere (or forced) the mma.sync PrefillTile; kWgmma picks the variant.
-// A CTA runs exactly one tile, so a tile's __syncthreads is never shared with
-// another tile; the virtual decode tiles use named barriers only. With one
+// The decode tiles are the decode kernel's own (decode_tile.cuh). A CTA runs
+// exactly one tile, so a tile's __syncthreads is never shared with another
+// tile; the virtual decode tiles meet at their own named barriers only. With one
 // decode tile per CTA, the last split of a split decode merges the group
 // (merge_decode_splits, the decode kernel's self-resetting arrival counters),
 // so no combine launch follows for the decodes. Scheduling:
@@ -29,19 +30,23 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention/attention_kernels.cuh"
-#include "kernels/attention/pod_decode_tile.cuh"
+#include "kernels/attention/decode_tile.cuh"
 #include "kernels/attention/pod_params.h"
 
 namespace vpod::attention::device {
 
 constexpr int pod_max(int a, int b) { return a > b ? a : b; }
 
+// A virtual decode CTA: the decode tile on 2 warps (32-key blocks).
+template <typename T, int kHeadDim>
+using VirtualDecodeTile = DecodeTile<T, kHeadDim, /*kPipelineStages=*/3, /*kTileWarps=*/2>;
+
 // Shared memory of the fused kernel for 1 or 2 decode tiles per CTA.
 template <typename T, int kHeadDim, bool kWgmma>
 constexpr int pod_smem_bytes(int virtual_decode) {
   return pod_max(
       kWgmma ? PrefillWgmmaTile<T, kHeadDim>::kSmemBytes : PrefillTile<T, kHeadDim>::kSmemBytes,
-      virtual_decode == 2 ? 2 * VirtualDecodeTile<T, kHeadDim, 2>::kSmemBytes
+      virtual_decode == 2 ? 2 * VirtualDecodeTile<T, kHeadDim>::kSmemBytes
                           : DecodeTile<T, kHeadDim>::kSmemBytes);
 }
 template <typename T, int kHeadDim, bool kWgmma>
@@ -132,7 +137,7 @@ __device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnob
     } else {
       // Two virtual decode CTAs: warps 0-1 and warps 2-3, each with its own
       // shared memory and named barrier (1 and 2).
-      using Virtual = VirtualDecodeTile<T, kHeadDim, 2>;
+      using Virtual = VirtualDecodeTile<T, kHeadDim>;
       const int half = tid / Virtual::kThreads;
       const int tile = 2 * unit + half;
       if (tile < params.decode_tiles) {

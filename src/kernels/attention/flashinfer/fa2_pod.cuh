@@ -88,12 +88,11 @@ cudaError_t launch_pod(Fa2Launch<DType> p, Fa2Launch<DType> d, std::int32_t* sch
   }
   auto kernel = flashinfer::BatchPODWithKVCacheTensorKernel<TraitsP, TraitsD, Fa2PagedParams<DType>,
                                                             Fa2PagedParams<DType>>;
-  const std::size_t smem = std::max(sizeof(typename TraitsP::SharedStorage),
-                                    sizeof(typename TraitsD::SharedStorage));
+  const std::size_t smem =
+      std::max(sizeof(typename TraitsP::SharedStorage), sizeof(typename TraitsD::SharedStorage));
   const int grid = static_cast<int>((p.params.padded_batch_size + d.params.padded_batch_size) *
                                     static_cast<std::uint32_t>(num_kv_heads));
-  cudaError_t status =
-      cudaMemsetAsync(sched, 0, sizeof(std::int32_t) * kPodSchedInts, stream);
+  cudaError_t status = cudaMemsetAsync(sched, 0, sizeof(std::int32_t) * kPodSchedInts, stream);
   if (status != cudaSuccess) return status;
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(smem));
@@ -140,7 +139,8 @@ std::string run_fa2_pod(const RunArgs& prefill, const RunArgs& decode, std::int3
       case 128:
         status = launch_pod<DType, 128>(p, d, sched, heads, kv_heads, prefill.stream);
         break;
-      default: return "FA2 POD: prefill query tile " + std::to_string(p.cta_tile_q) + " is not built";
+      default:
+        return "FA2 POD: prefill query tile " + std::to_string(p.cta_tile_q) + " is not built";
     }
     if (status != cudaSuccess) return cudaGetErrorString(status);
   } catch (const std::exception& e) {
