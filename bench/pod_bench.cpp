@@ -360,6 +360,7 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
       device.num_sms = 132;
       device.ctas_per_sm[1] = device.ctas_per_sm[2] = 2;
       device.wgmma_prefill = args.prefill_tile != "mma";
+      device.ws_prefill = device.wgmma_prefill;  // an H200 runs the warp-specialized prefill
     }
     auto options = pod_options(args, device);
     if (!options.ok()) {

@@ -115,7 +115,8 @@ struct PodConfig {
   // over the best plan within it (estimate_within_limit_us).
   bool prefill_beyond_limit = false;
   double estimate_within_limit_us = 0;
-  // The serial kernels' estimate (0 when not estimated).
+  // The serial kernels' estimate (0 when not estimated: made for the
+  // fallback, or for PodOptions::explain without it).
   double serial_estimate_us = 0;
   // Why, in words: only with PodOptions::explain (else empty).
   std::string reason;

@@ -539,8 +539,8 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
       decision = other;
     }
   }
-  double serial_us = 0;  // the serial kernels' estimate
-  if (options.serial_fallback) {
+  double serial_us = 0;  // the serial kernels' estimate (also explained without the fallback)
+  if (options.serial_fallback || options.explain) {
     // The serial kernels on the same model: the prefill grid alone, then the
     // decode grid alone, each with its best split among a few: none and the
     // fused plan's (decode also the one-wave split).
@@ -576,7 +576,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   config.estimate_us = best.us;
   config.estimate_within_limit_us = within.e.us;
   config.prefill_beyond_limit = go_beyond;
-  if (serial_us > 0 && best.us >= serial_us) {
+  if (options.serial_fallback && serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
     VPOD_RETURN_IF_ERROR(
         plan_.build(batch, dims, {.num_sms = dev.num_sms, .kernels = options.kernels}));
