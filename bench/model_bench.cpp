@@ -8,6 +8,10 @@
 // model's weight shapes at M = 1, and the GPU sampler's time per call.
 // With --hybrids, hybrid steps (one prefill chunk + decodes) with the same
 // breakdown, to compare --attention pod and serial inside the model.
+// --kv-cache paged runs the decode, prefill and hybrid rows over a paged cache
+// (the paged baseline's FlashInfer kernels; pages of --block-size tokens
+// handed out in a shuffled order, as a long-running pool hands them out), so
+// the same steps show where the time goes with either cache.
 // Validates first: the logits of a step must be finite and not constant.
 #include <cuda_runtime_api.h>
 
@@ -19,6 +23,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 #include "bench/attention_bench_fill.h"
@@ -52,6 +58,9 @@ struct ModelBenchArgs {
   int gemv_max_rows = kernels::kMaxGemvRows;
   std::string tuning_batches = "1,2,4";
   attention::KernelOptions kernels;  // the attention kernels' variant switches
+  std::string kv_cache = "vattn";    // the decode, prefill and hybrid rows' cache
+  std::string load_format = "safetensors";
+  int block_size = 16;  // tokens per page of --kv-cache paged
 };
 
 std::vector<int> parse_list(const std::string& text) {
@@ -99,10 +108,59 @@ T ok_or_fail(Result<T> r) {
   return std::move(r).value();
 }
 
-// A plain contiguous KV cache in backend memory for the benchmark's steps,
-// per-layer layout [num_slots, max_ctx, kv_heads, head_dim].
+// A KV cache in backend memory for the benchmark's steps: contiguous,
+// per-layer layout [num_slots, max_ctx, kv_heads, head_dim], or paged, per
+// layer [num_blocks, block_size, kv_heads, head_dim] pools with one block
+// table for all layers (create_paged).
 class BenchKv {
  public:
+  // The rows' cache: contiguous (block_size 0) or paged.
+  static BenchKv create_for(model::Backend& backend, const model::ModelConfig& c, DType dtype,
+                            int num_slots, int max_ctx, int block_size) {
+    return block_size > 0 ? create_paged(backend, c, dtype, num_slots, max_ctx, block_size)
+                          : create(backend, c, dtype, num_slots, max_ctx);
+  }
+
+  static BenchKv create_paged(model::Backend& backend, const model::ModelConfig& c, DType dtype,
+                              int num_slots, int max_ctx, int block_size) {
+    BenchKv kv;
+    const int per_slot = (max_ctx + block_size - 1) / block_size;
+    const int num_blocks = num_slots * per_slot;
+    const std::int64_t token_elems = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+    // The slots' blocks in a fixed shuffled order (a pool's steady state).
+    std::vector<std::int32_t> table(static_cast<std::size_t>(num_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(1234));
+    kv.buffers_.push_back(ok_or_fail(backend.allocate(table.size() * sizeof(std::int32_t))));
+    if (cudaMemcpy(kv.buffers_.back()->data(), table.data(), table.size() * sizeof(std::int32_t),
+                   cudaMemcpyHostToDevice) != cudaSuccess) {
+      fail("block table upload failed");
+    }
+    const auto* device_table = static_cast<const std::int32_t*>(kv.buffers_.back()->data());
+    const std::size_t bytes =
+        static_cast<std::size_t>(num_blocks) * block_size * token_elems * dtype_size(dtype);
+    for (int l = 0; l < c.num_layers; ++l) {
+      PagedKvView view{.dtype = dtype,
+                       .device = backend.device(),
+                       .num_blocks = num_blocks,
+                       .block_size = block_size,
+                       .num_kv_heads = c.num_kv_heads,
+                       .head_dim = c.head_dim,
+                       .block_stride = token_elems * block_size,
+                       .token_stride = token_elems,
+                       .head_stride = c.head_dim,
+                       .block_table = device_table,
+                       .num_slots = num_slots,
+                       .max_blocks_per_slot = per_slot};
+      for (void** half : {&view.k, &view.v}) {
+        kv.buffers_.push_back(ok_or_fail(backend.allocate(bytes)));
+        *half = kv.buffers_.back()->data();
+      }
+      kv.paged_.push_back(view);
+    }
+    return kv;
+  }
+
   static BenchKv create(model::Backend& backend, const model::ModelConfig& c, DType dtype,
                         int num_slots, int max_ctx) {
     BenchKv kv;
@@ -127,12 +185,29 @@ class BenchKv {
     }
     return kv;
   }
-  std::span<const KvLayerView> layers() const { return layers_; }
-  KvCacheView view() const { return {.contiguous = layers_, .paged = {}}; }
+  KvCacheView view() const { return {.contiguous = layers_, .paged = paged_}; }
+
+  // Fills every layer's K and V with random values: a real cache holds data,
+  // not what the allocator returned (often zeros); the tensor cores' power,
+  // and with it the clock attention runs at next to the GEMMs, depends on it.
+  void fill_random(bool bf16) const {
+    for (const KvLayerView& v : layers_) {
+      const std::size_t count = static_cast<std::size_t>(v.num_slots) * v.slot_stride;
+      fill_random_device(v.k, count, 101, bf16, nullptr);
+      fill_random_device(v.v, count, 202, bf16, nullptr);
+    }
+    for (const PagedKvView& v : paged_) {
+      const std::size_t count = static_cast<std::size_t>(v.num_blocks) * v.block_stride;
+      fill_random_device(v.k, count, 101, bf16, nullptr);
+      fill_random_device(v.v, count, 202, bf16, nullptr);
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) fail("KV fill failed");
+  }
 
  private:
   std::vector<std::unique_ptr<model::BackendBuffer>> buffers_;
   std::vector<KvLayerView> layers_;
+  std::vector<PagedKvView> paged_;
 };
 
 struct StepTiming {
@@ -435,8 +510,11 @@ void run(const ModelBenchArgs& a) {
   bo.kernels = a.kernels;
   auto backend = ok_or_fail(model::make_cuda_backend(bo));
   const auto load_start = std::chrono::steady_clock::now();
-  auto m = ok_or_fail(model::Model::load(
-      a.model, *backend, {.max_num_tokens = max_tokens, .max_num_sequences = max_seqs}));
+  auto m = ok_or_fail(
+      model::Model::load(a.model, *backend,
+                         {.max_num_tokens = max_tokens,
+                          .max_num_sequences = max_seqs,
+                          .load_format = ok_or_fail(model::parse_load_format(a.load_format))}));
   // The steps' attention plan, reused by every step of the run.
   model::StepPlan step_plan;
   const double load_s =
@@ -465,6 +543,10 @@ void run(const ModelBenchArgs& a) {
   report["gpu"] = gpus[0].name;
   report["dtype"] = std::string(dtype_name(bo.dtype));
   report["attention"] = a.attention;
+  // The decode, prefill and hybrid rows' cache (0: contiguous).
+  const int paged_block = a.kv_cache == "paged" ? a.block_size : 0;
+  report["kv_cache"] = a.kv_cache;
+  if (paged_block > 0) report["block_size"] = paged_block;
   report["weight_bytes"] = m->weight_bytes();
   report["memory_plan"] = plan.to_string();
 
@@ -512,7 +594,7 @@ void run(const ModelBenchArgs& a) {
         decode_rows.push_back({{"batch", batch}, {"context", ctx}, {"skipped", "KV does not fit"}});
         continue;
       }
-      auto kv = BenchKv::create(*backend, c, m->kv_dtype(), batch, ctx);
+      auto kv = BenchKv::create_for(*backend, c, m->kv_dtype(), batch, ctx, paged_block);
       HybridBatch b;
       for (int i = 0; i < batch; ++i) {
         b.decodes.push_back({.slot = i, .cached_len = ctx - 1, .num_new = 1, .token_offset = i});
@@ -553,7 +635,7 @@ void run(const ModelBenchArgs& a) {
       (static_cast<double>(c.hidden_size) * (c.q_size() + 2 * c.kv_size()) +
        static_cast<double>(c.q_size()) * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
   for (int n : prefills) {
-    auto kv = BenchKv::create(*backend, c, m->kv_dtype(), 1, n);
+    auto kv = BenchKv::create_for(*backend, c, m->kv_dtype(), 1, n, paged_block);
     HybridBatch b;
     b.prefills.push_back({.slot = 0, .cached_len = 0, .num_new = n, .token_offset = 0});
     for (int i = 0; i < n; ++i) {
@@ -587,22 +669,14 @@ void run(const ModelBenchArgs& a) {
   // Hybrid steps (chunked prefill + decodes): where POD's fused kernel and
   // the serial kernels differ; run once per --attention mode to compare.
   if (!hybrids.empty()) {
-    std::printf("\n%-24s %10s | %8s %8s %8s  (attention %s)\n", "hybrid step", "ms", "gemm", "attn",
-                "other", a.attention.c_str());
+    std::printf("\n%-24s %10s | %8s %8s %8s  (attention %s, kv-cache %s)\n", "hybrid step", "ms",
+                "gemm", "attn", "other", a.attention.c_str(), a.kv_cache.c_str());
   }
   nlohmann::json hybrid_rows = nlohmann::json::array();
   for (const HybridSpec& h : hybrids) {
-    auto kv = BenchKv::create(*backend, c, m->kv_dtype(), 1 + h.decodes, h.max_context());
-    // The cached context holds random K/V, as a real cache holds data, not
-    // what the allocator returned (often zeros): the tensor cores' power, and
-    // with it the clock attention runs at next to the GEMMs, depends on it.
-    for (const KvLayerView& view : kv.layers()) {
-      const std::size_t count = static_cast<std::size_t>(view.num_slots) * view.slot_stride;
-      const bool bf16 = view.dtype == DType::bf16;
-      fill_random_device(view.k, count, 101, bf16, nullptr);
-      fill_random_device(view.v, count, 202, bf16, nullptr);
-    }
-    if (cudaDeviceSynchronize() != cudaSuccess) fail("KV fill failed");
+    auto kv = BenchKv::create_for(*backend, c, m->kv_dtype(), 1 + h.decodes, h.max_context(),
+                                  paged_block);
+    kv.fill_random(m->kv_dtype() == DType::bf16);
     HybridBatch b;
     b.prefills.push_back(
         {.slot = 0, .cached_len = h.chunk_cached, .num_new = h.chunk, .token_offset = 0});
@@ -677,6 +751,18 @@ void add_model_bench(CLI::App& bench) {
                   "Batch sizes of the decode-tuning comparison (empty: none)")
       ->capture_default_str();
   add_kernel_option_flags(*cmd, a->kernels);
+  cmd->add_option("--kv-cache", a->kv_cache,
+                  "The decode, prefill and hybrid rows' KV cache: vattn (contiguous) or paged "
+                  "(FlashInfer's kernels, shuffled pages)")
+      ->check(CLI::IsMember({"vattn", "paged"}))
+      ->capture_default_str();
+  cmd->add_option("--block-size", a->block_size, "Tokens per page of --kv-cache paged")
+      ->check(CLI::IsMember({1, 16, 32, 64}))
+      ->capture_default_str();
+  cmd->add_option("--load-format", a->load_format,
+                  "safetensors, or dummy (random weights made on the GPU: the model folder "
+                  "needs no weight files)")
+      ->capture_default_str();
   cmd->add_option("--json", a->json, "Write the results as JSON");
   cmd->callback([a] { run(*a); });
 }

@@ -166,6 +166,11 @@ if has kernels; then
       --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 --hybrids "$hybrid_steps" \
       --json "$out/kernels/model_hybrid_$att.json" | tee "$out/logs/model_hybrid_$att.txt"
   done
+  # The same steps over FlashInfer's paged cache: where the step time goes with either cache.
+  run "$vpod" bench model --model "$models/llama3-8b" --kv-cache paged --attention serial \
+    --batches 1 --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 \
+    --hybrids "$hybrid_steps" --json "$out/kernels/model_hybrid_paged.json" \
+    | tee "$out/logs/model_hybrid_paged.txt"
 fi
 
 modes=(vattn+pod vattn+serial paged+serial paged+pod)

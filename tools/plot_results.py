@@ -13,6 +13,7 @@ Reads (every file optional; a missing one is reported as missing, never invented
   DIR/kernels/pod_peers.json     tools/bench_pod_peers.py --json (FA2 / cuDNN serial per case)
   DIR/kernels/attention_sweep{,_peers}.json  the same over prompt lengths and decode batches
   DIR/kernels/model_hybrid_{serial,pod}.json  `vpod bench model --hybrids --json`
+  DIR/kernels/model_hybrid_paged.json         the same with --kv-cache paged (serial)
   DIR/allocator/kvcache.json     `vpod bench kvcache --json` ("decode" runs with "modes")
   DIR/offline/*.json             `vpod bench offline --json`, one file per run
   DIR/online/*.json              `vpod bench serve --json --metadata model=.. --metadata mode=..`
@@ -270,6 +271,41 @@ def pod_in_model(rep, res):
              "attention summed over layers from per-op events of one eager step): one prefill chunk plus "
              "the decodes of the running requests, the shape of the offline trace's steps. Where the ratio is "
              "near 1, POD cannot speed up the end-to-end runs below.")
+
+
+def step_time_split(rep, res):
+    """Where a hybrid step's time goes with either cache: kernels/model_hybrid_serial.json
+    (vAttention's contiguous cache) and kernels/model_hybrid_paged.json (FlashInfer's paged
+    kernels), both `vpod bench model --hybrids --attention serial`."""
+    docs = {}
+    for name in ("serial", "paged"):
+        doc, _ = load_json(os.path.join(res, "kernels", f"model_hybrid_{name}.json"))
+        if isinstance(doc, dict) and isinstance(doc.get("hybrid"), list):
+            docs[name] = {r.get("step"): r for r in doc["hybrid"]}
+    if len(docs) < 2:
+        return  # optional
+    rows, ceilings = [], []
+    for step, v in docs["serial"].items():
+        p = docs["paged"].get(step)
+        if not p or not num(v, "ms") or not num(p, "ms") or not num(v, "attention_ms"):
+            continue
+        share = num(p, "attention_ms") / num(p, "ms")
+        ceilings.append(num(p, "ms") / num(v, "ms"))
+        rows.append((step, fmt(num(p, "ms")), fmt(num(v, "ms")), fmt(num(p, "gemm_ms")),
+                     fmt(num(p, "attention_ms")), fmt(num(v, "attention_ms")),
+                     f"{100 * share:.0f}%", fmt(num(p, "attention_ms") / num(v, "attention_ms"), 3),
+                     fmt(num(p, "ms") / num(v, "ms"), 3)))
+    if not rows:
+        return
+    rep.table(["hybrid step", "step ms paged", "step ms vattn", "GEMM ms", "attention ms paged",
+               "attention ms vattn", "attention share (paged)", "attention paged / vattn",
+               "step paged / vattn"], rows)
+    rep.text("Where the step time goes (`vpod bench model --hybrids --attention serial`, with "
+             "`--kv-cache paged` for the paged rows; GEMM time from the paged run): the contiguous cache "
+             "speeds up only the attention part of a step, so a step gains at most its attention share "
+             "times the attention speedup. On these steps the whole step runs "
+             + ", ".join(f"{c:.3f}x" for c in ceilings)
+             + " faster with the contiguous cache; an end-to-end run made of such steps cannot gain more.")
 
 
 def kernel_sweeps(rep, res):
@@ -833,6 +869,7 @@ def main():
     rep = Report(args.docs)
     kernels(rep, args.results)
     pod_in_model(rep, args.results)
+    step_time_split(rep, args.results)
     kernel_sweeps(rep, args.results)
     allocator(rep, args.results)
     offline(rep, args.results)

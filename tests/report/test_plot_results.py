@@ -168,3 +168,21 @@ def test_online_caption_splits_cache_and_pod(tmp_path):
     cap = online_caption_of(render(res, tmp_path / "docs"), "m")
     assert "POD alone moves the same three latencies by -40% to +2%." in cap
     assert "do not reproduce" not in cap
+
+
+def hybrid_run(folder, name, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"hybrid": [{"step": step, "ms": ms, "gemm_ms": gemm, "attention_ms": attn,
+                       "other_ms": ms - gemm - attn} for step, ms, gemm, attn in rows]}
+    (folder / f"model_hybrid_{name}.json").write_text(json.dumps(doc))
+
+
+def test_step_time_split_bounds_what_the_cache_can_gain(tmp_path):
+    res = tmp_path / "res"
+    hybrid_run(res / "kernels", "serial", [("2048@8192+14@16000", 71.44, 44.46, 25.82)])
+    hybrid_run(res / "kernels", "pod", [("2048@8192+14@16000", 71.23, 43.87, 25.63)])
+    hybrid_run(res / "kernels", "paged", [("2048@8192+14@16000", 72.53, 43.82, 29.47)])
+    md = render(res, tmp_path / "docs")
+    # attention 29.47 of 72.53 ms (41%), paged / vattn 1.141x, whole step 1.015x
+    assert "| 2048@8192+14@16000 | 72.53 | 71.44 | 43.82 | 29.47 | 25.82 | 41% | 1.141 | 1.015 |" in md
+    assert "On these steps the whole step runs 1.015x faster with the contiguous cache" in md
