@@ -245,14 +245,21 @@ def kernels(rep, res):
                f"attention speedups of up to 75% (mean 28%) on an A100 (59% in its ASPLOS version).")
 
 
+def hybrid_docs(res, names):
+    """kernels/model_hybrid_NAME.json (`vpod bench model --hybrids --json`) by name, each as
+    {step: row}; names without a readable file are left out."""
+    docs = {}
+    for name in names:
+        doc, _ = load_json(os.path.join(res, "kernels", f"model_hybrid_{name}.json"))
+        if isinstance(doc, dict) and isinstance(doc.get("hybrid"), list):
+            docs[name] = {r.get("step"): r for r in doc["hybrid"]}
+    return docs
+
+
 def pod_in_model(rep, res):
     """Hybrid steps of the whole model with --attention serial and pod
     (kernels/model_hybrid_{serial,pod}.json from `vpod bench model --hybrids`)."""
-    docs = {}
-    for mode in ("serial", "pod"):
-        doc, _ = load_json(os.path.join(res, "kernels", f"model_hybrid_{mode}.json"))
-        if isinstance(doc, dict) and isinstance(doc.get("hybrid"), list):
-            docs[mode] = {r.get("step"): r for r in doc["hybrid"]}
+    docs = hybrid_docs(res, ("serial", "pod"))
     if len(docs) < 2:
         return  # optional
     rows = []
@@ -277,11 +284,7 @@ def step_time_split(rep, res):
     """Where a hybrid step's time goes with either cache: kernels/model_hybrid_serial.json
     (vAttention's contiguous cache) and kernels/model_hybrid_paged.json (FlashInfer's paged
     kernels), both `vpod bench model --hybrids --attention serial`."""
-    docs = {}
-    for name in ("serial", "paged"):
-        doc, _ = load_json(os.path.join(res, "kernels", f"model_hybrid_{name}.json"))
-        if isinstance(doc, dict) and isinstance(doc.get("hybrid"), list):
-            docs[name] = {r.get("step"): r for r in doc["hybrid"]}
+    docs = hybrid_docs(res, ("serial", "paged"))
     if len(docs) < 2:
         return  # optional
     rows, ceilings = [], []
