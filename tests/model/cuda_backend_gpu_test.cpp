@@ -366,7 +366,9 @@ TEST(CudaBackend, SamplesOnTheGpuLikeTheCpu) {
 // The model over the paged baseline cache on the GPU (FlashInfer's paged
 // kernels, RoPE + append through the block table, step graphs on) against the
 // contiguous cache (vpod's kernels): the same logits at every step, up to the
-// rounding of two different attention kernels.
+// rounding of two different attention kernels. With --attention pod the
+// paged cache's hybrid step runs FlashInfer's POD kernel (and the contiguous
+// cache vpod's).
 TEST(CudaBackend, PagedKvMatchesContiguousCache) {
   VPOD_REQUIRE_GPU();
   const auto dir =
@@ -377,44 +379,52 @@ TEST(CudaBackend, PagedKvMatchesContiguousCache) {
   o.seed = 6;
   o.with_tokenizer = false;
   ASSERT_TRUE(make_model(o).ok());
-  auto backend = make_cuda_backend({.dtype = DType::bf16});
-  ASSERT_TRUE(backend.ok());
-  auto model = Model::load(dir, **backend, {.max_num_tokens = 256, .max_num_sequences = 8});
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  Model& m = **model;
-  auto contiguous = KvCacheBuffers::create(**backend, m.config(), m.kv_dtype(), 4, 128);
-  ASSERT_TRUE(contiguous.ok());
-  testing::PagedKv paged = testing::make_paged_kv(
-      **backend, m.config(), 4, 128, 16, [](void* dst, const void* src, std::size_t n) {
-        ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), cudaSuccess);
-      });
-  int bitwise = 0, steps = 0;
-  float worst = 0.0f;
-  StepPlan plan, paged_plan;
-  for (const HybridBatch& b : testing::paged_scenario(m.config().vocab_size)) {
-    auto want = m.forward(b, contiguous->view(), plan);
-    ASSERT_TRUE(want.ok()) << want.status().to_string();
-    const std::vector<float> want_host = testing::download(**backend, *want);
-    auto got = m.forward(b, KvCacheView{.contiguous = {}, .paged = paged.views}, paged_plan);
-    ASSERT_TRUE(got.ok()) << got.status().to_string();
-    const std::vector<float> got_host = testing::download(**backend, *got);
-    ASSERT_EQ(got_host.size(), want_host.size());
-    float diff = 0.0f, range = 1.0f;
-    for (std::size_t i = 0; i < got_host.size(); ++i) {
-      diff = std::max(diff, std::fabs(got_host[i] - want_host[i]));
-      range = std::max(range, std::fabs(want_host[i]));
+  for (AttentionMode mode : {AttentionMode::serial, AttentionMode::pod}) {
+    const char* mode_name = attention::attention_mode_name(mode);
+    auto backend = make_cuda_backend({.dtype = DType::bf16, .attention_mode = mode});
+    ASSERT_TRUE(backend.ok());
+    auto model = Model::load(dir, **backend, {.max_num_tokens = 256, .max_num_sequences = 8});
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    Model& m = **model;
+    auto contiguous = KvCacheBuffers::create(**backend, m.config(), m.kv_dtype(), 4, 128);
+    ASSERT_TRUE(contiguous.ok());
+    testing::PagedKv paged = testing::make_paged_kv(
+        **backend, m.config(), 4, 128, 16, [](void* dst, const void* src, std::size_t n) {
+          ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), cudaSuccess);
+        });
+    int bitwise = 0, steps = 0, fused = 0;
+    float worst = 0.0f;
+    StepPlan plan, paged_plan;
+    for (const HybridBatch& b : testing::paged_scenario(m.config().vocab_size)) {
+      auto want = m.forward(b, contiguous->view(), plan);
+      ASSERT_TRUE(want.ok()) << want.status().to_string();
+      const std::vector<float> want_host = testing::download(**backend, *want);
+      auto got = m.forward(b, KvCacheView{.contiguous = {}, .paged = paged.views}, paged_plan);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      fused += paged_plan.paged.fused();
+      const std::vector<float> got_host = testing::download(**backend, *got);
+      ASSERT_EQ(got_host.size(), want_host.size());
+      float diff = 0.0f, range = 1.0f;
+      for (std::size_t i = 0; i < got_host.size(); ++i) {
+        diff = std::max(diff, std::fabs(got_host[i] - want_host[i]));
+        range = std::max(range, std::fabs(want_host[i]));
+      }
+      worst = std::max(worst, diff / range);
+      bitwise += std::memcmp(got_host.data(), want_host.data(), got_host.size() * 4) == 0;
+      ++steps;
     }
-    worst = std::max(worst, diff / range);
-    bitwise += std::memcmp(got_host.data(), want_host.data(), got_host.size() * 4) == 0;
-    ++steps;
+    std::printf(
+        "paged vs contiguous KV (%s): %d of %d steps bitwise equal, %d on FlashInfer's POD, max "
+        "diff %.3g of range\n",
+        mode_name, bitwise, steps, fused, worst);
+    // The scenario's hybrid step runs FlashInfer's POD kernel in pod mode.
+    EXPECT_EQ(fused > 0, mode == AttentionMode::pod) << mode_name;
+    // Different kernels (FlashInfer's and vpod's), each within bf16 rounding
+    // of the exact attention: through 4 layers the logits move by a small
+    // fraction of a percent of their range, while a wrong block (other
+    // tokens' K/V) moves them by a sizeable part of it.
+    EXPECT_LT(worst, 2e-2f) << mode_name;
   }
-  std::printf("paged vs contiguous KV: %d of %d steps bitwise equal, max diff %.3g of range\n",
-              bitwise, steps, worst);
-  // Different kernels (FlashInfer's and vpod's), each within bf16 rounding of
-  // the exact attention: through 4 layers the logits move by a small
-  // fraction of a percent of their range, while a wrong block (other tokens'
-  // K/V) moves them by a sizeable part of it.
-  EXPECT_LT(worst, 2e-2f);
   std::filesystem::remove_all(dir);
 }
 
