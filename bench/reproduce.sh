@@ -22,6 +22,9 @@
 # MODES, OFFLINE_PROMPTS, OFFLINE_RATIOS, OFFLINE_REQUESTS, ONLINE_RATES,
 # ONLINE_PROMPTS, HYBRID_STEPS (the engine-shaped POD cases); e.g.
 # MODES="vattn+pod paged+serial" OFFLINE_REQUESTS=32.
+# LOAD_FORMAT (default dummy): the models' weights are make-model's for seed 0
+# made on the GPU at load (vLLM's --load-format dummy; the same values), so
+# make-model writes no weight files; safetensors writes and reads them.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -145,6 +148,9 @@ fi
 model_presets=(llama3-8b yi-6b-200k)
 if [[ $quick == 1 ]]; then model_presets=(llama3-8b); fi
 if [[ -n "${PRESETS:-}" ]]; then read -r -a model_presets <<< "$PRESETS"; fi
+load_format=${LOAD_FORMAT:-dummy}
+no_weights=()
+if [[ $load_format == dummy ]]; then no_weights=(--no-weights); fi
 needed=()
 if has offline || has online; then needed=("${model_presets[@]}"); fi
 if has kernels && [[ " ${needed[*]} " != *" llama3-8b "* ]]; then needed+=(llama3-8b); fi
@@ -152,7 +158,7 @@ if [[ ${#needed[@]} -gt 0 ]]; then
   require_command make-model "issue 6 (model runtime)"
   for preset in "${needed[@]}"; do
     if [[ ! -f "$models/$preset/config.json" ]]; then
-      run "$vpod" make-model --out "$models/$preset" --preset "$preset" --seed 0
+      run "$vpod" make-model --out "$models/$preset" --preset "$preset" --seed 0 "${no_weights[@]}"
     fi
   done
 fi
@@ -162,12 +168,14 @@ fi
 if has kernels; then
   require_bench model "issue 6 (model runtime)"
   for att in serial pod; do
-    run "$vpod" bench model --model "$models/llama3-8b" --attention "$att" --batches 1 \
+    run "$vpod" bench model --model "$models/llama3-8b" --load-format "$load_format" \
+      --attention "$att" --batches 1 \
       --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 --hybrids "$hybrid_steps" \
       --json "$out/kernels/model_hybrid_$att.json" | tee "$out/logs/model_hybrid_$att.txt"
   done
   # The same steps over FlashInfer's paged cache: where the step time goes with either cache.
-  run "$vpod" bench model --model "$models/llama3-8b" --kv-cache paged --attention serial \
+  run "$vpod" bench model --model "$models/llama3-8b" --load-format "$load_format" \
+    --kv-cache paged --attention serial \
     --batches 1 --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 \
     --hybrids "$hybrid_steps" --json "$out/kernels/model_hybrid_paged.json" \
     | tee "$out/logs/model_hybrid_paged.txt"
@@ -195,7 +203,8 @@ if has offline; then
         for mode in "${modes[@]}"; do
           tag="${preset}_${prompt}_pd${pd}_${mode/+/-}"
           # shellcheck disable=SC2046,SC2086
-          run "$vpod" bench offline --model "$models/$preset" --input-len "$prompt" \
+          run "$vpod" bench offline --model "$models/$preset" --load-format "$load_format" \
+            --input-len "$prompt" \
             --pd-ratio "$pd" --num-requests "$num_requests" $(mode_flags "$mode") \
             ${OFFLINE_ARGS:-} --json "$out/offline/$tag.json" | tee "$out/logs/offline_$tag.txt"
         done
@@ -232,11 +241,11 @@ if has online; then
     for mode in "${modes[@]}"; do
       tag="${preset}_${mode/+/-}"
       # shellcheck disable=SC2046,SC2086
-      printf '%s\n' "$vpod serve --model $models/$preset --port $port --max-model-len 16384 \
-$(mode_flags "$mode") ${SERVE_ARGS:-}" >> "$out/commands.txt"
+      printf '%s\n' "$vpod serve --model $models/$preset --load-format $load_format --port $port \
+--max-model-len 16384 $(mode_flags "$mode") ${SERVE_ARGS:-}" >> "$out/commands.txt"
       # shellcheck disable=SC2046,SC2086
-      "$vpod" serve --model "$models/$preset" --port "$port" --max-model-len 16384 \
-        $(mode_flags "$mode") ${SERVE_ARGS:-} > "$out/logs/serve_$tag.log" 2>&1 &
+      "$vpod" serve --model "$models/$preset" --load-format "$load_format" --port "$port" \
+        --max-model-len 16384 $(mode_flags "$mode") ${SERVE_ARGS:-} > "$out/logs/serve_$tag.log" 2>&1 &
       server=$!
       if ! wait_healthy "$url" "$server"; then
         echo "reproduce.sh: vpod serve ($tag) did not become healthy; see $out/logs/serve_$tag.log" >&2
