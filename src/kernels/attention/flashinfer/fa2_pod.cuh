@@ -21,11 +21,6 @@
 
 namespace vpod::attention::fi {
 
-// kPodSchedInts (fi_args.h): the SM-aware scheduler's counters, one per SM
-// id and two tile counters after the last. The kernel indexes them by
-// %nsmid, which the host cannot query: room for 1024 SM ids, all zeroed
-// before every launch.
-
 // FlashInfer's NUM_MMA_KV for a query tile of its POD kernel (batch_pod.cuh's
 // dispatch, head_dim 128, 16-bit K/V, no RoPE, fp32 QK accumulation).
 constexpr std::uint32_t pod_num_mma_kv(std::uint32_t cta_tile_q, int smem_per_sm) {
@@ -56,8 +51,6 @@ using PodTraits = flashinfer::KernelTraits<
     flashinfer::get_num_warps_kv(kTileQ), flashinfer::PosEncodingMode::kNone, DType, DType, DType,
     float, std::int32_t, Fa2Variant>;
 
-inline constexpr std::uint32_t kPodDecodeTileQ = 16;
-
 // Merges one half's KV splits into `out`, the half's output (FlashInfer's
 // merge after a split launch); nothing to do when the plan did not split.
 template <typename DType>
@@ -74,7 +67,7 @@ template <typename DType, std::uint32_t kTileP>
 cudaError_t launch_pod(Fa2Launch<DType> p, Fa2Launch<DType> d, std::int32_t* sched,
                        int num_qo_heads, int num_kv_heads, cudaStream_t stream) {
   using TraitsP = PodTraits<DType, flashinfer::MaskMode::kCausal, kTileP>;
-  using TraitsD = PodTraits<DType, flashinfer::MaskMode::kNone, kPodDecodeTileQ>;
+  using TraitsD = PodTraits<DType, flashinfer::MaskMode::kNone, std::uint32_t{kPodDecodeTileQ}>;
   static_assert(!TraitsP::IsInvalid() && !TraitsD::IsInvalid());
   static_assert(TraitsP::NUM_THREADS == TraitsD::NUM_THREADS, "both halves run 4-warp CTAs");
   DType* const out_p = p.params.o;
@@ -118,11 +111,11 @@ std::string run_fa2_pod(const RunArgs& prefill, const RunArgs& decode, std::int3
   Fa2Launch<DType> p, d;
   if (std::string e = make_fa2_launch(prefill, p); !e.empty()) return e;
   if (std::string e = make_fa2_launch(decode, d); !e.empty()) return e;
-  if (d.cta_tile_q != static_cast<int>(kPodDecodeTileQ)) {
+  if (d.cta_tile_q != kPodDecodeTileQ) {
     return "POD's decode half runs the 16-row query tile, the plan chose " +
            std::to_string(d.cta_tile_q);
   }
-  for (std::uint32_t tile : {16u, 64u, 128u, kPodDecodeTileQ}) {
+  for (std::uint32_t tile : {16u, 64u, 128u, std::uint32_t{kPodDecodeTileQ}}) {
     if (pod_num_mma_kv(tile, smem_per_sm) != pod_num_mma_kv(tile, kPodSmemPerSm)) {
       return "FlashInfer's POD kernel would pick another KV tile on this GPU's " +
              std::to_string(smem_per_sm / 1024) + " KB of shared memory per SM than the one " +

@@ -112,9 +112,12 @@ std::string run_fa2_prefill_bf16(const RunArgs& args);
 std::string run_fa2_decode_f16(const RunArgs& args);  // one query row per sequence, no mask
 std::string run_fa2_decode_bf16(const RunArgs& args);
 // FlashInfer's POD kernel: `prefill` (causal) and `decode` (one row per
-// sequence, planned with query tile 16) in one launch (fa2_pod.cuh). `sched`:
-// device int32 [kPodSchedInts], the kernel's SM-aware counters (zeroed on the
-// stream before each launch).
+// sequence, planned with query tile kPodDecodeTileQ) in one launch
+// (fa2_pod.cuh). `sched`: device int32 [kPodSchedInts], the kernel's SM-aware
+// counters, one per SM id and two tile counters after the last, zeroed on the
+// stream before each launch. The kernel indexes them by %nsmid, which the
+// host cannot query: room for 1024 SM ids.
+inline constexpr int kPodDecodeTileQ = 16;
 inline constexpr int kPodSchedInts = 1024 + 2;
 std::string run_fa2_pod_f16(const RunArgs& prefill, const RunArgs& decode, std::int32_t* sched);
 std::string run_fa2_pod_bf16(const RunArgs& prefill, const RunArgs& decode, std::int32_t* sched);

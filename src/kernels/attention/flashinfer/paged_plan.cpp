@@ -18,10 +18,9 @@ constexpr int kHeadDim = 128;  // the only head_dim instantiated (every preset's
 constexpr int kDecodeTiles[] = {16, 64};
 // Indices of PrefillPlanInfo's vector (scheduler.cuh ToVector()).
 constexpr int kFa2CtaTileQ = 3;
-// FlashInfer's POD: its decode half's query tile, and the prefill size above
-// which the wrapper plans the prefill's KV splits as if alone ("splitting
-// small prefill causes unnecessary bandwidth contention", pod.py).
-constexpr int kPodDecodeTileQ = 16;
+// FlashInfer's POD: the prefill size above which the wrapper plans the
+// prefill's KV splits as if alone ("splitting small prefill causes
+// unnecessary bandwidth contention", pod.py).
 constexpr int kPodColocateUpToRows = 1536;
 // Buffers grow to twice the need (at least 64 KiB), so growth stays rare.
 constexpr std::size_t kMinBufferBytes = std::size_t{1} << 16;
