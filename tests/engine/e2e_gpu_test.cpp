@@ -1,11 +1,13 @@
 // The end-to-end checks of e2e_support.h on the GPU: CUDA backend (bf16,
-// cuBLASLt GEMMs and the GEMV kernel, the attention kernels), the vAttention
-// cache on CUDA VMM (2 MiB pages), a 4-layer Llama-3 shaped model
-// (test-llama3 preset: hidden 1024, head dim 128, 2 KV heads, random weights)
-// and the real tokenizer, once with serial attention and once through POD.
-// A 2 MiB page holds 1,024 tokens of this model's K (or V), so the requests
-// are long enough (about 700-1,500 tokens) to cross page boundaries and force
-// preemptions in a budget of a fifth of what they need.
+// cuBLASLt GEMMs and the GEMV kernel, the attention kernels), a 4-layer
+// Llama-3 shaped model (test-llama3 preset: hidden 1024, head dim 128, 2 KV
+// heads, random weights) and the real tokenizer, in the four modes vpod
+// serves: the vAttention cache on CUDA VMM (2 MiB pages) or the paged
+// baseline (FlashInfer's kernels over 16-token blocks), each with serial
+// attention and through POD (vpod's kernel, or FlashInfer's POD on the paged
+// cache). A 2 MiB page holds 1,024 tokens of this model's K (or V), so the
+// requests are long enough (about 700-1,500 tokens) to cross page boundaries
+// and force preemptions in a budget of a fifth of what they need.
 //
 // bf16 kernels here depend on the batch (GEMV below 5 rows, cuBLASLt above;
 // attention splits by batch shape), so a batched greedy output may part from
@@ -49,6 +51,7 @@ ModeEnv& env_for(model::AttentionMode mode) {
   env.max_out = 256;
   env.exact_solo_match = false;
   env.near_tie_nats = 0.25f;
+  env.device = Device::cuda;
   env.make_provider = []() -> Result<std::shared_ptr<kvcache::VmmProvider>> {
     VPOD_ASSIGN_OR_RETURN(auto p, kvcache::CudaVmmProvider::create(0));
     return std::shared_ptr<kvcache::VmmProvider>(std::move(p));
@@ -63,13 +66,21 @@ ModeEnv& env_for(model::AttentionMode mode) {
   return m;
 }
 
-class EndToEndGpu : public ::testing::TestWithParam<model::AttentionMode> {
+// --kv-cache x --attention. The loaded model depends on the attention mode
+// only; the stacks build the KV store the parameter names.
+struct ServeMode {
+  KvCacheKind kv_cache;
+  model::AttentionMode attention;
+};
+
+class EndToEndGpu : public ::testing::TestWithParam<ServeMode> {
  protected:
   void SetUp() override {
     VPOD_REQUIRE_GPU();
-    ModeEnv& m = env_for(GetParam());
+    ModeEnv& m = env_for(GetParam().attention);
     if (!m.failure.empty()) FAIL() << m.failure;
     env = m.env.get();
+    env->kv_cache = GetParam().kv_cache;
   }
   static void TearDownTestSuite() {
     for (auto& [mode, m] : loaded_envs())
@@ -100,11 +111,20 @@ TEST_P(EndToEndGpu, AbortMidGenerationFreesTheSlotSynchronous) {
   check_abort_frees_the_slot(*env, {.async = false, .worker = false});
 }
 
-INSTANTIATE_TEST_SUITE_P(Attention, EndToEndGpu,
-                         ::testing::Values(model::AttentionMode::serial, model::AttentionMode::pod),
-                         [](const auto& info) {
-                           return std::string(attention::attention_mode_name(info.param));
-                         });
+TEST_P(EndToEndGpu, PrefixCacheHitsGenerateWhatColdRunsGenerate) {
+  check_prefix_hits_match_cold_runs(*env);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, EndToEndGpu,
+    ::testing::Values(ServeMode{KvCacheKind::vattn, model::AttentionMode::serial},
+                      ServeMode{KvCacheKind::vattn, model::AttentionMode::pod},
+                      ServeMode{KvCacheKind::paged, model::AttentionMode::serial},
+                      ServeMode{KvCacheKind::paged, model::AttentionMode::pod}),
+    [](const auto& info) {
+      return std::string(kv_cache_kind_name(info.param.kv_cache)) + "_" +
+             std::string(attention::attention_mode_name(info.param.attention));
+    });
 
 }  // namespace
 }  // namespace vpod::engine::e2e

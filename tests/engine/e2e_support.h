@@ -1,12 +1,15 @@
 // The end-to-end checks of the engine over the real model, tokenizer and
-// vAttention cache, written once and run by e2e_test.cpp (CPU backend, host
-// VMM, the tiny model) and e2e_gpu_test.cpp (CUDA backend, CUDA VMM, a
-// 4-layer Llama-3 shaped model):
+// KV store - the vAttention cache or the paged baseline (Env::kv_cache) -
+// written once and run by e2e_test.cpp (CPU backend, host VMM, the tiny
+// model) and e2e_gpu_test.cpp (CUDA backend, CUDA VMM, a 4-layer Llama-3
+// shaped model):
 //   - many concurrent requests through a KV budget too small for all of them:
 //     preemptions happen, all finish, each greedy output equals the same
 //     request run alone;
 //   - an abort mid-generation frees the slot at the next step;
-//   - a stop string straddling a token boundary is held back and cut.
+//   - a stop string straddling a token boundary is held back and cut;
+//   - prefix caching: requests that share a long system prompt map its cached
+//     K/V instead of computing it, and generate what they generate cold.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,10 +27,12 @@
 
 #include "engine/async_executor.h"
 #include "engine/engine.h"
+#include "engine/engine_stack.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_decoder.h"
 #include "kvcache/host_vmm.h"
 #include "kvcache/kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +47,11 @@ struct Env {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::function<Result<std::shared_ptr<kvcache::VmmProvider>>()> make_provider;
+  // The KV store the stacks build: vAttention over make_provider's VMM, or
+  // the paged baseline (blocks of `block_size` tokens in `device` memory).
+  KvCacheKind kv_cache = KvCacheKind::vattn;
+  int block_size = 16;
+  Device device = Device::cpu;
   fs::path dir;
   int max_num_seqs = 32;
   int max_num_batched_tokens = 256;
@@ -109,33 +119,57 @@ struct LoopMode {
   bool worker = true;
 };
 
-// One engine over its own vAttention cache.
+// One engine over its own KV store (Env::kv_cache).
 struct Stack {
-  // `kv_tokens`: the KV budget in tokens, rounded up to whole pages.
-  Stack(Env& env, std::int64_t kv_tokens, int max_slots, LoopMode mode = {}) {
+  // `kv_tokens`: the KV budget in tokens, rounded up to whole pages (blocks).
+  // `prefix_caching`: the store indexes computed prompt blocks and admission
+  // maps them into later requests that start with the same tokens.
+  Stack(Env& env, std::int64_t kv_tokens, int max_slots, LoopMode mode = {},
+        bool prefix_caching = false) {
     const model::ModelConfig& mc = env.model->config();
-    auto provider = env.make_provider();
-    EXPECT_TRUE(provider.ok()) << provider.status().to_string();
     const kvcache::KvShape shape{.num_layers = mc.num_layers,
                                  .num_kv_heads = mc.num_kv_heads,
                                  .head_dim = mc.head_dim,
                                  .dtype = env.model->kv_dtype()};
-    // All-layers layout: 2 regions (K, V), each token_bytes / 2 per token.
-    const std::size_t page = (*provider)->page_bytes();
-    const std::size_t region_bytes =
-        static_cast<std::size_t>(kv_tokens) * shape.bytes_per_token() / 2;
-    const std::size_t pages = (region_bytes + page - 1) / page;
-    auto created = kvcache::KvCache::create({.shape = shape,
-                                             .max_slots = max_slots,
-                                             .max_ctx = env.max_ctx,
-                                             .memory_bytes = 2 * pages * page,
-                                             .growth = kvcache::GrowthMode::background,
-                                             .lookahead_tokens = env.lookahead_tokens},
-                                            *provider);
-    EXPECT_TRUE(created.ok()) << created.status().to_string();
-    cache = std::move(created).value();
-    capacity = cache.get();  // the scheduler admits against the store itself
-    runner = std::make_unique<ModelRunner>(*env.model, cache->view());
+    constexpr std::uint64_t kSalt = 0x7e57;  // one model: any salt
+    if (env.kv_cache == KvCacheKind::paged) {
+      const std::int64_t blocks = (kv_tokens + env.block_size - 1) / env.block_size;
+      auto created = kvcache::PagedKvCache::create(
+          {.shape = shape,
+           .block_size = env.block_size,
+           .max_slots = max_slots,
+           .max_ctx = env.max_ctx,
+           .memory_bytes =
+               static_cast<std::size_t>(blocks * env.block_size) * shape.bytes_per_token(),
+           .device = env.device,
+           .prefix_caching = prefix_caching,
+           .prefix_salt = kSalt});
+      EXPECT_TRUE(created.ok()) << created.status().to_string();
+      paged = created->get();
+      store = std::move(created).value();
+    } else {
+      auto provider = env.make_provider();
+      EXPECT_TRUE(provider.ok()) << provider.status().to_string();
+      // All-layers layout: 2 regions (K, V), each token_bytes / 2 per token.
+      const std::size_t page = (*provider)->page_bytes();
+      const std::size_t region_bytes =
+          static_cast<std::size_t>(kv_tokens) * shape.bytes_per_token() / 2;
+      const std::size_t pages = (region_bytes + page - 1) / page;
+      auto created = kvcache::KvCache::create({.shape = shape,
+                                               .max_slots = max_slots,
+                                               .max_ctx = env.max_ctx,
+                                               .memory_bytes = 2 * pages * page,
+                                               .growth = kvcache::GrowthMode::background,
+                                               .lookahead_tokens = env.lookahead_tokens,
+                                               .prefix_caching = prefix_caching,
+                                               .prefix_salt = kSalt},
+                                              *provider);
+      EXPECT_TRUE(created.ok()) << created.status().to_string();
+      vattn = created->get();
+      store = std::move(created).value();
+    }
+    capacity = store.get();  // the scheduler admits against the store itself
+    runner = std::make_unique<ModelRunner>(*env.model, store->view());
     if (mode.worker) worker = std::make_unique<AsyncExecutor>(*runner);
     decoders = std::make_unique<TokenizerDecoderFactory>(*env.tok);
     EngineConfig config;
@@ -155,9 +189,20 @@ struct Stack {
     for (int i = 0; i < max_steps && engine->has_work(); ++i) engine->step();
     return !engine->has_work();
   }
+  // Once the engine is idle: background work settled (vAttention's mapper),
+  // no slot active, nothing promised, the store's own invariants hold.
+  void expect_idle_and_consistent() {
+    if (vattn) vattn->drain();
+    EXPECT_EQ(store->stats().active_slots, 0);
+    EXPECT_EQ(capacity->used_units(), 0);
+    const Status ok = vattn ? vattn->check_invariants() : paged->check_invariants();
+    EXPECT_TRUE(ok.ok()) << ok.to_string();
+  }
 
-  std::unique_ptr<kvcache::KvCache> cache;
-  kvcache::KvCache* capacity = nullptr;  // = cache.get()
+  std::unique_ptr<kvcache::KvStore> store;
+  kvcache::KvCache* vattn = nullptr;       // = store.get() for --kv-cache vattn
+  kvcache::PagedKvCache* paged = nullptr;  // = store.get() for --kv-cache paged
+  kvcache::KvStore* capacity = nullptr;    // = store.get()
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<AsyncExecutor> worker;
   std::unique_ptr<TokenizerDecoderFactory> decoders;
@@ -303,10 +348,7 @@ inline void check_concurrent_requests_match_solo_runs(Env& env) {
   }
   ::testing::Test::RecordProperty("identical_to_solo", identical);
   std::printf("%d of 64 requests identical to their solo runs\n", identical);
-  EXPECT_EQ(stack.capacity->used_units(), 0);
-  stack.cache->drain();
-  EXPECT_EQ(stack.cache->stats().active_slots, 0);
-  EXPECT_TRUE(stack.cache->check_invariants().ok());
+  stack.expect_idle_and_consistent();
 }
 
 inline void check_abort_frees_the_slot(Env& env, LoopMode mode = {}) {
@@ -317,7 +359,7 @@ inline void check_abort_frees_the_slot(Env& env, LoopMode mode = {}) {
   for (int i = 0; i < 4; ++i) stack.engine->step();
   Output r1 = collect(*first);
   EXPECT_EQ(r1.tokens.size(), mode.async ? 3u : 4u);  // pipelined: the 4th is in flight
-  EXPECT_EQ(stack.cache->stats().active_slots, 1);
+  EXPECT_EQ(stack.store->stats().active_slots, 1);
   EXPECT_EQ(stack.engine->scheduler().num_waiting(), 1u);
   stack.engine->abort(first->id());
   stack.engine->step();  // the abort frees the slot; the second request takes it
@@ -329,8 +371,87 @@ inline void check_abort_frees_the_slot(Env& env, LoopMode mode = {}) {
   EXPECT_EQ(stack.engine->scheduler().num_running(), 1u);
   ASSERT_TRUE(stack.run());
   EXPECT_EQ(collect(*second).tokens, alone(env, second_spec).tokens);
-  EXPECT_EQ(stack.cache->stats().active_slots, 0);
-  EXPECT_EQ(stack.capacity->used_units(), 0);
+  stack.expect_idle_and_consistent();
+}
+
+// Prefix caching through the whole stack. A system prompt of 60% of the
+// context (one or more of the store's prefix blocks: a depth step of pages
+// for vAttention, 1,024 tokens on the GPU suite's model; a block for the
+// paged cache), a first request that
+// computes it, then seven at once that share it (one repeats the first
+// prompt outright). The first reports no cached tokens; each later one a
+// whole number of blocks covering the system prompt's whole blocks, and it
+// generates what it generates alone in a store without caching (Env's
+// comparison). Once all have finished the cached blocks stay indexed and
+// evictable (held by no active slot), and nothing is promised.
+inline void check_prefix_hits_match_cold_runs(Env& env) {
+  std::mt19937 rng(77);
+  const int target = env.max_ctx * 3 / 5;
+  std::string text;
+  std::vector<std::int32_t> system;
+  for (std::size_t k = 0; static_cast<int>(system.size()) < target; ++k) {
+    if (!text.empty()) text.push_back(' ');
+    text.append(texts()[(k * 5 + 3) % texts().size()]);
+    system = std::move(env.tok->encode(text, true)).value();
+  }
+  system.resize(target);
+  const int out = env.min_out;
+  auto with_suffix = [&](const std::string& suffix) {
+    RequestSpec spec = greedy(env, suffix, out);
+    std::vector<std::int32_t> ids = std::move(env.tok->encode(" " + suffix, false)).value();
+    spec.prompt_token_ids = system;
+    spec.prompt_token_ids.insert(spec.prompt_token_ids.end(), ids.begin(), ids.end());
+    EXPECT_LT(static_cast<int>(spec.prompt_token_ids.size()) + out, env.max_ctx);
+    return spec;
+  };
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 7; ++i) specs.push_back(with_suffix(texts()[(i + rng()) % texts().size()]));
+  specs.push_back(specs.front());  // the first prompt again: a hit on all its whole blocks
+
+  const std::int64_t kv_tokens = static_cast<std::int64_t>(specs.size()) * env.max_ctx;
+  Stack stack(env, kv_tokens, /*max_slots=*/8, {}, /*prefix_caching=*/true);
+  const int block = stack.vattn ? stack.vattn->prefix_block_tokens() : env.block_size;
+  ASSERT_TRUE(stack.paged || stack.vattn->prefix_caching())
+      << "the vAttention cache turned prefix caching off for these shapes";
+  ASSERT_GE(static_cast<int>(system.size()), block) << "the shared prompt spans no whole block";
+
+  auto first = *stack.engine->submit(specs.front());
+  ASSERT_TRUE(stack.run());
+  std::vector<Output> got{collect(*first)};
+  EXPECT_EQ(got[0].last.num_cached_tokens, 0);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (std::size_t i = 1; i < specs.size(); ++i) {
+    auto stream = stack.engine->submit(specs[i]);
+    ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+    streams.push_back(*stream);
+  }
+  ASSERT_TRUE(stack.run());
+  for (const auto& stream : streams) got.push_back(collect(*stream));
+
+  const int shared_blocks = static_cast<int>(system.size()) / block;
+  int identical = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(got[i].last.finished) << "request " << i;
+    EXPECT_EQ(got[i].last.finish_reason, FinishReason::length) << got[i].last.error;
+    const int cached = got[i].last.num_cached_tokens;
+    if (i > 0) {
+      EXPECT_EQ(cached % block, 0) << "request " << i << ": " << cached << " cached tokens";
+      EXPECT_GE(cached, shared_blocks * block) << "request " << i;
+      EXPECT_LT(cached, static_cast<int>(specs[i].prompt_token_ids.size())) << "request " << i;
+    }
+    identical += expect_matches_solo(env, got[i], alone(env, specs[i]), static_cast<int>(i));
+  }
+  std::printf("%d of %zu prefix-cached requests identical to their cold solo runs (block %d)\n",
+              identical, specs.size(), block);
+  stack.expect_idle_and_consistent();
+  const kvcache::KvStats stats = stack.store->stats();
+  EXPECT_GE(stats.prefix_blocks_cached, shared_blocks);
+  // Evictable: the paged cache's blocks wait unreferenced in its LRU list;
+  // vAttention's stay mapped in the idle slots that computed or matched them
+  // (no active slot holds one), where reclaiming those slots' tails frees them.
+  if (stack.paged) {
+    EXPECT_EQ(stats.prefix_blocks_unreferenced, stats.prefix_blocks_cached);
+  }
 }
 
 // Finds, in some request's greedy output, a 4-byte ASCII window that
@@ -412,7 +533,9 @@ inline void check_pipelined_streams_equal_synchronous(Env& env) {
   for (int i = 0; i < 16; ++i) {
     std::string text = texts()[i % texts().size()];
     if (i % 3 == 0) text += " " + texts()[rng() % texts().size()];
-    RequestSpec spec = greedy(env, text, 6 + static_cast<int>(rng() % 14));
+    // Outputs long enough that the running requests outgrow the budget
+    // (max_ctx on the CPU suite) and preempt, with either store.
+    RequestSpec spec = greedy(env, text, 16 + static_cast<int>(rng() % 24));
     if (i % 2 == 1) {
       spec.sampling.temperature = 0.9f;
       spec.sampling.seed = 1000 + i;

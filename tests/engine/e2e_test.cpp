@@ -1,7 +1,8 @@
 // End to end on the CPU backend: the tiny Llama-3 model (random weights from
-// make-model, the real Llama-3 tokenizer), the vAttention KV cache on the
-// host VMM provider (real demand paging), the tokenizer's streaming
-// detokenizer and the engine. The checks are in e2e_support.h.
+// make-model, the real Llama-3 tokenizer), each KV store - the vAttention
+// cache on the host VMM provider (real demand paging) and the paged baseline
+// (16-token blocks) - the tokenizer's streaming detokenizer and the engine.
+// The checks are in e2e_support.h.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@ namespace {
 Env* env = nullptr;
 std::string skip_reason;
 
-class EndToEnd : public ::testing::Test {
+class EndToEnd : public ::testing::TestWithParam<KvCacheKind> {
  protected:
   static void SetUpTestSuite() {
     env = new Env;
@@ -28,26 +29,37 @@ class EndToEnd : public ::testing::Test {
     // A failed load is a failure, missing fixtures a skip.
     if (skip_reason.rfind("loading", 0) == 0) FAIL() << skip_reason;
     if (!skip_reason.empty()) GTEST_SKIP() << skip_reason;
+    env->kv_cache = GetParam();
   }
 };
 
-TEST_F(EndToEnd, SixtyFourConcurrentRequestsInATightKvBudgetMatchTheirSoloRuns) {
+TEST_P(EndToEnd, SixtyFourConcurrentRequestsInATightKvBudgetMatchTheirSoloRuns) {
   check_concurrent_requests_match_solo_runs(*env);
 }
 
-TEST_F(EndToEnd, AbortMidGenerationFreesTheSlot) { check_abort_frees_the_slot(*env); }
+TEST_P(EndToEnd, AbortMidGenerationFreesTheSlot) { check_abort_frees_the_slot(*env); }
 
-TEST_F(EndToEnd, AStopStringAcrossATokenBoundaryIsHeldBackAndCut) {
+TEST_P(EndToEnd, AStopStringAcrossATokenBoundaryIsHeldBackAndCut) {
   check_stop_string_across_tokens(*env);
 }
 
-TEST_F(EndToEnd, PipelinedStreamsEqualTheSynchronousLoop) {
+TEST_P(EndToEnd, PipelinedStreamsEqualTheSynchronousLoop) {
   check_pipelined_streams_equal_synchronous(*env);
 }
 
-TEST_F(EndToEnd, PipelinedEqualsSynchronousOnTheSameSchedule) {
+TEST_P(EndToEnd, PipelinedEqualsSynchronousOnTheSameSchedule) {
   check_pipelined_equals_synchronous_on_the_same_schedule(*env, 12);
 }
+
+TEST_P(EndToEnd, PrefixCacheHitsGenerateWhatColdRunsGenerate) {
+  check_prefix_hits_match_cold_runs(*env);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvCache, EndToEnd,
+                         ::testing::Values(KvCacheKind::vattn, KvCacheKind::paged),
+                         [](const auto& info) {
+                           return std::string(kv_cache_kind_name(info.param));
+                         });
 
 // The GPU runs' comparison (Env::exact_solo_match off), on made-up outputs:
 // a difference is accepted only where the two tokens are a near tie.
