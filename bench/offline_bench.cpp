@@ -262,6 +262,10 @@ void run(const Args& a) {
   };
   row("Model:", model_name);
   row("Mode (kv-cache+attention):", mode);
+  const bool paged = options.kv_cache == engine::KvCacheKind::paged;
+  const std::string paged_kernels =
+      paged ? stack.model().backend().paged_attention_description() : std::string();
+  if (paged) row("Paged attention:", paged_kernels);
   row("Prefix caching:", options.prefix_caching ? "on" : "off");
   row("JSON schema on every request:", a.json_schema_path.empty() ? "no" : a.json_schema_path);
   if (!a.json_schema_path.empty()) {
@@ -308,6 +312,10 @@ void run(const Args& a) {
     j["mode"] = mode;
     j["kv_cache"] = kv_cache;
     j["kv_layout"] = std::string(kvcache::kv_layout_name(options.kv_layout));
+    // The paged baseline's kernels and version, and its block (FlashInfer's page).
+    j["paged_kernels"] = paged ? json(paged_kernels) : json(nullptr);
+    j["block_size"] =
+        paged ? json(options.block_size.value_or(engine::kDefaultPagedBlockTokens)) : json(nullptr);
     j["attention"] = attention;
     j["prefix_caching"] = options.prefix_caching;
     j["json_schema"] = a.json_schema_path.empty() ? json(nullptr) : json(a.json_schema_path);

@@ -217,11 +217,22 @@ def kernels(rep, res):
         def ratio(r, key):
             p = peers.get(r.get("case"), {})
             return fmt(num(p, key) / num(r, "pod_ms")) if num(p, key) and num(r, "pod_ms") else "-"
-        rep.table(["named case", "POD ms", "serial ms", "bound ms", "serial / POD", "FA2 serial / POD",
-                   "cuDNN serial / POD"],
-                  [(r.get("case"), fmt(num(r, "pod_ms"), 4), fmt(num(r, "serial_ms"), 4),
-                    fmt(num(r, "bound_ms"), 4), fmt(num(r, "speedup")), ratio(r, "fa2_serial_ms"),
-                    ratio(r, "cudnn_serial_ms")) for r in named])
+        # FlashInfer's paged kernels, timed by `vpod bench pod --peers` in the same run:
+        # its best serial composition and its own POD kernel (0 or absent: not timed).
+        def fi_ratio(r, key):
+            return fmt(num(r, key) / num(r, "pod_ms")) if num(r, key) and num(r, "pod_ms") else "-"
+        with_fi = any(num(r, "fi_serial_ms") for r in named)
+        rep.table(["named case", "POD ms", "serial ms", "bound ms", "serial / POD"] +
+                  (["FI serial / POD", "FI POD / POD"] if with_fi else []) +
+                  ["FA2 serial / POD", "cuDNN serial / POD"],
+                  [[r.get("case"), fmt(num(r, "pod_ms"), 4), fmt(num(r, "serial_ms"), 4),
+                    fmt(num(r, "bound_ms"), 4), fmt(num(r, "speedup"))] +
+                   ([fi_ratio(r, "fi_serial_ms"), fi_ratio(r, "fi_pod_ms")] if with_fi else []) +
+                   [ratio(r, "fa2_serial_ms"), ratio(r, "cudnn_serial_ms")] for r in named])
+        if with_fi:
+            rep.text(f"FI serial / FI POD: {doc.get('peer', 'FlashInfer paged')} in the same run over the "
+                     "same values: its best serial composition (FA3 paged prefill, then its tensor-core "
+                     "decode) and its own POD kernel (FA2 prefill and tensor-core decode in one launch).")
         if peers:
             rep.text("FA2 / cuDNN serial: PyTorch `scaled_dot_product_attention` running the same prefill "
                      "and decode attention one after the other (`tools/bench_pod_peers.py`). Issue 5 asks "
@@ -833,6 +844,27 @@ def agreement(rep, runs):
     rep.text(text)
 
 
+def modes_note(res):
+    """What each mode ran, from the offline runs' JSON: the paged baseline's kernels and version
+    and its block size as `vpod bench offline` recorded them (runs from before it recorded them
+    say nothing, and neither does this)."""
+    paged = {}
+    for folder in ("offline", "offline-latest"):
+        for r in offline_runs(os.path.join(res, folder))[0]:
+            if r.get("paged_kernels"):
+                paged.setdefault(r.get("mode", "?"), set()).add((r["paged_kernels"], r.get("block_size")))
+    if not paged:
+        return ""
+    lines = ["\n**The modes.** `vattn` is vpod's vAttention cache (each request's KV virtually contiguous, "
+             "physical pages mapped on demand) read by vpod's own kernels; `+serial` runs a step's prefill "
+             "chunks and decodes as two launches, `vattn+pod` vpod's fused POD kernel on hybrid steps. "
+             "`paged` is the paged baseline as vLLM and SGLang run it; these runs recorded its kernels as:\n"]
+    for mode in [m for m in MODES if m in paged] + sorted(m for m in paged if m not in MODES):
+        for kernels_, block in sorted(paged[mode], key=str):
+            lines.append(f"- {mode}: {kernels_}" + (f"; pages of {block} tokens" if block else "") + "\n")
+    return "".join(lines)
+
+
 def header(res):
     env, err = load_json(os.path.join(res, "env.json"))
     env = env or {}
@@ -846,6 +878,7 @@ def header(res):
         lines.append(f"| {label} | {env.get(key, 'unknown')} |\n")
     if err:
         lines.append(f"\n*{err}: date, GPU and commit unknown.*\n")
+    lines.append(modes_note(res))
     # When a report is assembled from several runs (a device budget split over
     # calls), DIR/provenance.md says which run and commit each section comes from.
     prov_path = os.path.join(res, "provenance.md")

@@ -36,8 +36,6 @@ constexpr std::size_t kHostKvPageBytes = std::size_t{64} << 10;
 // least one request of --max-model-len, at most kCpuKvMaxBytes.
 constexpr std::int64_t kCpuKvTokensPerSeq = 2048;
 constexpr std::size_t kCpuKvMaxBytes = std::size_t{8} << 30;
-// The paged baseline's block size (vLLM's default).
-constexpr int kPagedBlockTokens = 16;  // the paged baseline's default block (vLLM's)
 // How far the background mapper maps ahead of each step's needs.
 constexpr std::int64_t kKvLookaheadTokens = 16;
 
@@ -271,7 +269,7 @@ Result<std::unique_ptr<kvcache::KvStore>> EngineStack::make_kv_store(const Stack
   const kvcache::KvShape shape = kv_shape();
   VPOD_ASSIGN_OR_RETURN(const std::uint64_t salt, model_prefix_salt(o.model_dir, shape.dtype));
   if (o.kv_cache == KvCacheKind::paged) {
-    const int block_size = o.block_size.value_or(kPagedBlockTokens);
+    const int block_size = o.block_size.value_or(kDefaultPagedBlockTokens);
     VPOD_ASSIGN_OR_RETURN(auto paged,
                           kvcache::PagedKvCache::create({.shape = shape,
                                                          .block_size = block_size,
@@ -281,7 +279,8 @@ Result<std::unique_ptr<kvcache::KvStore>> EngineStack::make_kv_store(const Stack
                                                          .device = device_,
                                                          .prefix_caching = o.prefix_caching,
                                                          .prefix_salt = salt}));
-    *note = fmt::format("paged, {}-token blocks, {} tokens", block_size, paged->capacity_tokens());
+    *note = fmt::format("paged, {}-token blocks, {} tokens, attention by {}", block_size,
+                        paged->capacity_tokens(), model_->backend().paged_attention_description());
     return std::unique_ptr<kvcache::KvStore>(std::move(paged));
   }
   std::shared_ptr<kvcache::VmmProvider> provider;

@@ -44,6 +44,8 @@ namespace vpod::engine {
 enum class DeviceRequest : std::uint8_t { automatic, cuda, cpu };
 // --kv-cache: the vAttention cache, or the paged baseline (16-token blocks).
 enum class KvCacheKind : std::uint8_t { vattn, paged };
+// The paged baseline's block without --block-size (vLLM's default).
+inline constexpr int kDefaultPagedBlockTokens = 16;
 // --attention: serial (prefill then decode kernels), simple (serial through
 // the simple exact kernel), pod (the fused kernel on hybrid steps; CUDA only).
 enum class AttentionChoice : std::uint8_t { serial, simple, pod };

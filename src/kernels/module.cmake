@@ -44,6 +44,10 @@ vpod_flashinfer_objects(vpod_flashinfer_common "${VPOD_CUDA_ARCHS}"
   ${vpod_fi_dir}/fa2_decode_bf16.cu)
 vpod_flashinfer_objects(vpod_flashinfer_pod "${VPOD_CUDA_ARCHS}"
   ${vpod_fi_dir}/fa2_pod_f16.cu ${vpod_fi_dir}/fa2_pod_bf16.cu)
+# The version reports name (fi::paged_kernels_label); on the one file that
+# says it, so a version bump recompiles no kernel.
+set_property(SOURCE ${vpod_fi_dir}/paged_plan.cpp APPEND PROPERTY COMPILE_DEFINITIONS
+  VPOD_FLASHINFER_VERSION_STRING="${VPOD_FLASHINFER_VERSION}")
 if(vpod_fi_fa3_archs)
   vpod_flashinfer_objects(vpod_flashinfer_fa3 "${vpod_fi_fa3_archs}"
     ${vpod_fi_dir}/fa3_prefill_f16.cu ${vpod_fi_dir}/fa3_prefill_bf16.cu)

@@ -247,6 +247,9 @@ class Backend {
   // Whether rope_kv_append / attention read a paged cache for this head_dim
   // (CUDA: FlashInfer's paged kernels, fp16/bf16, head_dim 128).
   virtual bool supports_paged_kv(int head_dim) const = 0;
+  // What runs attention over a paged cache, for reports and logs (CUDA:
+  // FlashInfer's kernels and version for this device and attention mode).
+  virtual std::string paged_attention_description() const = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]      gate_up [T, 2I], out [T, I]
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
   // out[r, :] = x[step.logit_rows[r], :]                    out [num_logit_rows, hidden]

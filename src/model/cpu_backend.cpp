@@ -193,6 +193,9 @@ class CpuBackend final : public Backend {
   }
 
   bool supports_paged_kv(int) const override { return true; }
+  std::string paged_attention_description() const override {
+    return "vpod's CPU reference attention over block tables";
+  }
 
   // The kernels' CPU reference in fp32 (attention_reference.h).
   Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,

@@ -34,6 +34,13 @@ bool AttentionRunner::supports_paged(int head_dim) const {
   return paged_support_;
 }
 
+std::string AttentionRunner::paged_description() const {
+  auto label = attention::fi::paged_kernels_label(options_.attention_mode == AttentionMode::pod
+                                                      ? attention::fi::PagedMode::pod
+                                                      : attention::fi::PagedMode::serial);
+  return label.ok() ? *label : "no paged attention: " + label.status().to_string();
+}
+
 Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int num_kv_heads,
                                    int head_dim, const PagedKvView* paged_kv, StepPlan& plan) {
   plan.clear();

@@ -33,6 +33,8 @@ class AttentionRunner {
   // Whether FlashInfer's paged kernels run heads of this size in the
   // backend's dtype on this device (a paged cache needs them).
   bool supports_paged(int head_dim) const;
+  // fi::paged_kernels_label for this runner's attention mode, or why none runs.
+  std::string paged_description() const;
 
   // Plans the step into `plan` and uploads it to the plan's buffers.
   // `paged_kv`: a layer of the paged cache (null: contiguous). Returns true

@@ -284,6 +284,9 @@ class CudaBackend final : public Backend {
   bool supports_paged_kv(int head_dim) const override {
     return attention_.supports_paged(head_dim);
   }
+  std::string paged_attention_description() const override {
+    return attention_.paged_description();
+  }
 
   Status attention(const TensorView& q, const KvCacheView& kv, int layer, const StepTensors& step,
                    const StepPlan& plan, float scale, const TensorView& out) override {

@@ -102,6 +102,9 @@ class RecordingBackend final : public Backend {
   bool supports_paged_kv(int head_dim) const override {
     return inner_->supports_paged_kv(head_dim);
   }
+  std::string paged_attention_description() const override {
+    return inner_->paged_attention_description();
+  }
   void silu_mul(const TensorView& gate_up, const TensorView& out) override {
     ops.push_back("silu_mul");
     inner_->silu_mul(gate_up, out);

@@ -186,3 +186,17 @@ def test_step_time_split_bounds_what_the_cache_can_gain(tmp_path):
     # attention 29.47 of 72.53 ms (41%), paged / vattn 1.141x, whole step 1.015x
     assert "| 2048@8192+14@16000 | 72.53 | 71.44 | 43.82 | 29.47 | 25.82 | 41% | 1.141 | 1.015 |" in md
     assert "On these steps the whole step runs 1.015x faster with the contiguous cache" in md
+
+
+def test_the_modes_name_the_paged_kernels_the_runs_recorded(tmp_path):
+    res = tmp_path / "res"
+    offline_run(res / "offline", "llama3-8b", 16384, 100, "vattn+pod", 20.0)
+    offline_run(res / "offline", "llama3-8b", 16384, 100, "paged+serial", 21.0)
+    md = render(res, tmp_path / "docs")
+    assert "**The modes.**" not in md  # runs that recorded no kernels: nothing is invented
+    tag = res / "offline" / "llama3-8b_16384_pd100_paged-serial.json"
+    doc = json.loads(tag.read_text())
+    doc.update(paged_kernels="FlashInfer 9.9: FA3 paged prefill + tensor-core decode", block_size=16)
+    tag.write_text(json.dumps(doc))
+    md = render(res, tmp_path / "docs")
+    assert "- paged+serial: FlashInfer 9.9: FA3 paged prefill + tensor-core decode; pages of 16 tokens" in md

@@ -95,6 +95,20 @@ Status paged_attention_supported(const AttentionDims& dims) {
   return prefill_backend_for(cc_major).status();
 }
 
+Result<std::string> paged_kernels_label(PagedMode mode) {
+  int cc_major = 0, num_sms = 0;
+  VPOD_RETURN_IF_ERROR(query_device(&cc_major, &num_sms));
+  VPOD_ASSIGN_OR_RETURN(const PrefillBackend prefill, prefill_backend_for(cc_major));
+  const std::string serial = fmt::format("{} paged prefill + tensor-core decode",
+                                         prefill == PrefillBackend::fa3 ? "FA3" : "FA2");
+  return fmt::format("FlashInfer {}: {}", VPOD_FLASHINFER_VERSION_STRING,
+                     mode == PagedMode::pod
+                         ? "POD kernel (FA2 prefill + tensor-core decode, one launch) on hybrid "
+                           "steps, else " +
+                               serial
+                         : serial);
+}
+
 void PagedPlan::clear() {
   num_prefill_tokens_ = 0;
   num_decodes_ = 0;

@@ -29,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/hybrid_batch.h"
@@ -55,6 +56,12 @@ enum class PrefillBackend : std::uint8_t { fa3, fa2 };
 // kernel for a step with both (one launch); a step with only one kind, or a
 // GQA group over 16 (POD's decode tile holds 16 rows), runs serially.
 enum class PagedMode : std::uint8_t { serial, pod };
+
+// What runs the paged cache's attention on the current device in `mode`, with
+// FlashInfer's version (the pinned wheel's), for reports and logs: e.g.
+// "FlashInfer 0.7.2.post1: FA3 paged prefill + tensor-core decode". A Status
+// as paged_attention_supported's when no kernel would run.
+Result<std::string> paged_kernels_label(PagedMode mode);
 
 class PagedPlan {
  public:
