@@ -11,9 +11,13 @@
 # random-weight models at real shapes (vpod make-model presets llama3-8b, yi-6b-200k).
 #
 # Usage: bench/reproduce.sh [--build DIR] [--out DIR] [--models DIR] [--docs DIR]
-#                           [--sections kernels,allocator,offline,online] [--quick]
+#                           [--sections kernels,allocator,offline,online] [--quick] [--resume]
 # Every command run is appended to OUT/commands.txt; raw JSON and logs stay in OUT
 # (default BUILD/results).
+# --resume: keep OUT as it is and skip every run whose JSON is already there (a run
+# cut off by a time limit wrote none, so it runs again); commands.txt is appended
+# to. For a grid split over several calls of a time-limited GPU machine: rerun
+# the same command until it has nothing left to do.
 # A benchmark command that does not exist yet stops the script with its name.
 # Extra flags per benchmark: ATTENTION_ARGS, POD_ARGS, KVCACHE_ARGS, OFFLINE_ARGS,
 # SERVE_ARGS (vpod serve), BENCH_SERVE_ARGS, e.g. ATTENTION_ARGS="--sweep paper";
@@ -34,6 +38,7 @@ models="$repo/models"
 docs="$repo/docs"
 sections="kernels,allocator,offline,online"
 quick=0
+resume=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -42,7 +47,8 @@ while [[ $# -gt 0 ]]; do
     --docs) docs=$2; shift 2 ;;
     --sections) sections=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --resume) resume=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "reproduce.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,13 +57,36 @@ out=${out:-$build/results}
 vpod="$build/vpod"
 [[ -x "$vpod" ]] || { echo "reproduce.sh: $vpod not found; build first (make)" >&2; exit 2; }
 mkdir -p "$out"/{kernels,allocator,offline,online,logs} "$models" "$docs"
-: > "$out/commands.txt"
+if [[ $resume == 1 ]]; then
+  echo "# --resume at $(date -u '+%Y-%m-%d %H:%M UTC'): runs whose JSON exists are skipped" \
+    >> "$out/commands.txt"
+else
+  : > "$out/commands.txt"
+fi
 
 has() { [[ ",$sections," == *",$1,"* ]]; }
+# log FILE: tee, appending under --resume (a skipped run leaves its log as it was).
+log() {
+  if [[ $resume == 1 ]]; then tee -a "$1"; else tee "$1"; fi
+}
+# done_already FILE...: under --resume, whether every FILE exists and is not empty.
+done_already() {
+  [[ $resume == 1 ]] || return 1
+  local f
+  for f in "$@"; do [[ -s "$f" ]] || return 1; done
+}
 
-# run CMD...: logs the exact command (quoted so that it can be pasted back), then runs it.
+# run CMD...: logs the exact command (quoted so that it can be pasted back), then runs it;
+# under --resume, a command whose --json output exists is skipped.
 run() {
-  local quoted
+  local quoted prev="" arg
+  for arg in "$@"; do
+    if [[ $prev == --json ]] && done_already "$arg"; then
+      echo "reproduce.sh: --resume: $arg exists, skipped" >&2
+      return 0
+    fi
+    prev=$arg
+  done
   quoted=$(printf ' %q' "$@")
   echo "${quoted# }" >> "$out/commands.txt"
   echo "+ $*" >&2
@@ -87,12 +116,18 @@ if [[ -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)"
   commit="$commit (with uncommitted changes)"
 fi
 "$vpod" info > "$out/logs/vpod_info.txt" 2>&1 || true
-python3 - "$out/env.json" "$gpu" "$driver" "$commit" "$quick" <<'EOF'
-import datetime, json, socket, sys
-path, gpu, driver, commit, quick = sys.argv[1:]
-json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "gpu": gpu or "none found", "driver": driver or "unknown", "commit": commit,
-           "host": socket.gethostname(), "quick": quick == "1"}, open(path, "w"), indent=1)
+python3 - "$out/env.json" "$gpu" "$driver" "$commit" "$quick" "$resume" <<'EOF'
+import datetime, json, os, socket, sys
+path, gpu, driver, commit, quick, resume = sys.argv[1:]
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+env = {"date": now, "gpu": gpu or "none found", "driver": driver or "unknown", "commit": commit,
+       "host": socket.gethostname(), "quick": quick == "1"}
+if resume == "1" and os.path.exists(path):
+    # The first run's record stays; a resumed run adds its own date, GPU and commit.
+    first = json.load(open(path))
+    first.setdefault("resumed", []).append(env)
+    env = first
+json.dump(env, open(path, "w"), indent=1)
 EOF
 
 # ----------------------------------------------------------------------------- 1. kernels
@@ -102,11 +137,11 @@ if has kernels; then
   require_bench pod "issue 5 (POD-Attention)"
   # shellcheck disable=SC2086
   run "$vpod" bench attention ${ATTENTION_ARGS:-} --json "$out/kernels/attention.json" \
-    | tee "$out/logs/attention.txt"
+    | log "$out/logs/attention.txt"
   if [[ -f "$repo/tools/bench_attention_peers.py" ]]; then
     run python3 "$repo/tools/bench_attention_peers.py" --vpod-json "$out/kernels/attention.json" \
       --json "$out/kernels/attention_peers.json" \
-      | tee "$out/logs/attention_peers.txt"
+      | log "$out/logs/attention_peers.txt"
   else
     echo "reproduce.sh: tools/bench_attention_peers.py missing; no PyTorch FA2/cuDNN comparison" >&2
   fi
@@ -115,10 +150,10 @@ if has kernels; then
   # SDPA (FA2, cuDNN) on the same cases.
   # shellcheck disable=SC2086
   run "$vpod" bench pod --cases "$hybrid_steps" ${POD_ARGS:-} --json "$out/kernels/pod.json" \
-    | tee "$out/logs/pod.txt"
+    | log "$out/logs/pod.txt"
   if [[ -f "$repo/tools/bench_pod_peers.py" ]]; then
     run python3 "$repo/tools/bench_pod_peers.py" --vpod-json "$out/kernels/pod.json" \
-      --max-sweep 0 --json "$out/kernels/pod_peers.json" | tee "$out/logs/pod_peers.txt"
+      --max-sweep 0 --json "$out/kernels/pod_peers.json" | log "$out/logs/pod_peers.txt"
   fi
   # Throughput against size: one-shot prefill 2K-128K, decode batch 1-256 at 16K context,
   # vpod contiguous against paged (block 16: FlashInfer 0.7.2.post1's FA3 prefill and
@@ -127,11 +162,11 @@ if has kernels; then
     run "$vpod" bench attention --layouts per_layer paged16 \
       --prefill-shape 2048 8192 32768 65536 131072 --decode-shape 1x16384 4x16384 64x16384 \
       128x16384 256x16384 --json "$out/kernels/attention_sweep.json" \
-      | tee "$out/logs/attention_sweep.txt"
+      | log "$out/logs/attention_sweep.txt"
     if [[ -f "$repo/tools/bench_attention_peers.py" ]]; then
       run python3 "$repo/tools/bench_attention_peers.py" \
         --vpod-json "$out/kernels/attention_sweep.json" \
-        --json "$out/kernels/attention_sweep_peers.json" | tee "$out/logs/attention_sweep_peers.txt"
+        --json "$out/kernels/attention_sweep_peers.json" | log "$out/logs/attention_sweep_peers.txt"
     fi
   fi
 fi
@@ -141,7 +176,7 @@ if has allocator; then
   require_bench kvcache "issue 3 (vAttention KV cache)"
   # shellcheck disable=SC2086
   run "$vpod" bench kvcache ${KVCACHE_ARGS:-} --json "$out/allocator/kvcache.json" \
-    | tee "$out/logs/kvcache.txt"
+    | log "$out/logs/kvcache.txt"
 fi
 
 # ----------------------------------------------------------------------------- models
@@ -171,14 +206,14 @@ if has kernels; then
     run "$vpod" bench model --model "$models/llama3-8b" --load-format "$load_format" \
       --attention "$att" --batches 1 \
       --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 --hybrids "$hybrid_steps" \
-      --json "$out/kernels/model_hybrid_$att.json" | tee "$out/logs/model_hybrid_$att.txt"
+      --json "$out/kernels/model_hybrid_$att.json" | log "$out/logs/model_hybrid_$att.txt"
   done
   # The same steps over FlashInfer's paged cache: where the step time goes with either cache.
   run "$vpod" bench model --model "$models/llama3-8b" --load-format "$load_format" \
     --kv-cache paged --attention serial \
     --batches 1 --contexts 1024 --prefills "" --tuning-batches 1 --iters 6 \
     --hybrids "$hybrid_steps" --json "$out/kernels/model_hybrid_paged.json" \
-    | tee "$out/logs/model_hybrid_paged.txt"
+    | log "$out/logs/model_hybrid_paged.txt"
 fi
 
 modes=(vattn+pod vattn+serial paged+serial paged+pod)
@@ -206,7 +241,7 @@ if has offline; then
           run "$vpod" bench offline --model "$models/$preset" --load-format "$load_format" \
             --input-len "$prompt" \
             --pd-ratio "$pd" --num-requests "$num_requests" $(mode_flags "$mode") \
-            ${OFFLINE_ARGS:-} --json "$out/offline/$tag.json" | tee "$out/logs/offline_$tag.txt"
+            ${OFFLINE_ARGS:-} --json "$out/offline/$tag.json" | log "$out/logs/offline_$tag.txt"
         done
       done
     done
@@ -240,6 +275,12 @@ if has online; then
   for preset in "${model_presets[@]}"; do
     for mode in "${modes[@]}"; do
       tag="${preset}_${mode/+/-}"
+      rate_files=()
+      for rate in "${rates[@]}"; do rate_files+=("$out/online/${tag}_r$rate.json"); done
+      if done_already "${rate_files[@]}"; then
+        echo "reproduce.sh: --resume: every online/${tag}_r*.json exists, no server started" >&2
+        continue
+      fi
       # shellcheck disable=SC2046,SC2086
       printf '%s\n' "$vpod serve --model $models/$preset --load-format $load_format --port $port \
 --max-model-len 16384 $(mode_flags "$mode") ${SERVE_ARGS:-}" >> "$out/commands.txt"
@@ -257,7 +298,7 @@ if has online; then
         run "$vpod" bench serve --base-url "$url" --dataset arxiv --num-prompts "$num_prompts" \
           --request-rate "$rate" --seed 0 --no-progress --metadata "model=$preset" \
           --metadata "mode=$mode" ${BENCH_SERVE_ARGS:-} \
-          --json "$out/online/${tag}_r$rate.json" | tee "$out/logs/online_${tag}_r$rate.txt"
+          --json "$out/online/${tag}_r$rate.json" | log "$out/logs/online_${tag}_r$rate.txt"
       done
       kill -INT "$server" 2> /dev/null || true
       wait "$server" 2> /dev/null || true
