@@ -102,6 +102,7 @@ struct AcquirePlan {
   std::int64_t keep_depth = 0;     // the slot's depth once a truncation is planned
   std::int64_t private_steps = 0;  // steps past shared_steps the slot keeps (deferred reuse)
   std::int64_t newly_pinned = 0;   // matched blocks no active slot holds yet
+  std::int64_t lost_blocks = 0;    // cached blocks only this slot holds that the plan evicts
 };
 
 class SlotLedger {

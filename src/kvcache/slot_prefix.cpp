@@ -45,24 +45,36 @@ AcquirePlan SlotLedger::fit(int s, std::span<const PrefixIndex::BlockId> matched
     }
   }
   plan.private_steps = std::max<std::int64_t>(0, plan.keep_depth - m);
+  // Taking the slot drops its cached blocks from the first step the request
+  // does not share on; those nobody else maps leave the cache.
+  for (std::int64_t i = std::min(j, m); i < std::min(slot.shared_steps, slot.depth); ++i) {
+    plan.lost_blocks += index_.refs(step_block(s, i)) == 1;
+  }
   return plan;
 }
 
 AcquirePlan SlotLedger::plan_acquire(std::int64_t need_depth,
                                      std::span<const PrefixIndex::BlockId> matched) const {
   AcquirePlan best;
-  // Most blocks already mapped first (no driver calls), then no truncation,
-  // then the best fit by depth as without prefix caching (the smallest
-  // surplus, else the smallest shortfall), then the most recently released.
-  std::tuple<std::int64_t, int, int, std::int64_t, std::uint64_t> best_key;
+  // Most blocks already mapped first (no driver calls). Then, while the free
+  // list holds the request's unshared steps, the fewest cached blocks lost:
+  // the cache gives way only to memory pressure, as an LRU pool does, rather
+  // than to the mapping calls a fresh slot costs (otherwise every request
+  // without a hit took the idle slot of the last one and evicted its prompt,
+  // and a repeated prompt never hit). Then no truncation, then the best fit
+  // by depth as without prefix caching (the smallest surplus, else the
+  // smallest shortfall), then the most recently released.
+  const auto unshared = std::max<std::int64_t>(0, need_depth - std::ssize(matched));
+  const bool room = num_free() >= unshared * g_.num_regions;
+  std::tuple<std::int64_t, std::int64_t, int, int, std::int64_t, std::uint64_t> best_key;
   for (int s = 0; s < g_.max_slots; ++s) {
     const Slot& slot = slots_[s];
     if (slot.active) continue;
     const AcquirePlan plan = fit(s, matched);
     const std::int64_t surplus = plan.keep_depth - need_depth;
-    const auto key = std::make_tuple(-plan.reused_steps, plan.keep_depth < slot.depth ? 1 : 0,
-                                     surplus >= 0 ? 0 : 1, surplus >= 0 ? surplus : -surplus,
-                                     ~slot.release_order);
+    const auto key = std::make_tuple(-plan.reused_steps, room ? plan.lost_blocks : 0,
+                                     plan.keep_depth < slot.depth ? 1 : 0, surplus >= 0 ? 0 : 1,
+                                     surplus >= 0 ? surplus : -surplus, ~slot.release_order);
     if (best.slot < 0 || key < best_key) {
       best = plan;
       best_key = key;

@@ -192,6 +192,68 @@ TEST_P(PrefixCacheTest, SharesBlocksAfterTheFirstRequestEnds) {
   EXPECT_EQ(provider->ledger().released_while_mapped, 0);
 }
 
+// Serving replays prompts after other requests ran (a benchmark's trace at a
+// second rate, a chat's next session). A request without a hit must not take
+// the idle slot that holds another prompt's blocks while free pages remain:
+// before the fix every such request took the last one's slot (the best fit by
+// depth) and evicted its prompt, and a repeated prompt never hit.
+TEST_P(PrefixCacheTest, ARequestWithoutAHitKeepsOtherPromptsCachedWhileMemoryIsFree) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache = KvCache::create(prefix_config(KvLayout::all_layers, GetParam(), 64), provider);
+  ASSERT_TRUE(cache.ok());
+  KvCache& c = **cache;
+  ASSERT_EQ(c.prefix_block_tokens(), 32);
+
+  // Four different prompts, one after another: 4 x 3 blocks stay cached.
+  std::vector<Req> first;
+  for (int i = 0; i < 4; ++i) {
+    first.push_back(make_req(seq(100, 10 + i), 0, 4));
+    admit(c, first.back());
+    EXPECT_EQ(first.back().cached, 0) << "prompt " << i;
+    run_to_end(c, first.back(), 40);
+    c.free(first.back().slot);
+  }
+  EXPECT_EQ(c.stats().prefix_blocks_cached, 12);
+  EXPECT_EQ(c.stats().prefix_evictions, 0);
+  // The same four again, in the same order: every one hits its 96 tokens and
+  // reads back what its first run wrote.
+  for (int i = 0; i < 4; ++i) {
+    Req again = make_req(seq(100, 10 + i), 0, 4);
+    admit(c, again);
+    EXPECT_EQ(again.cached, 96) << "prompt " << i;
+    EXPECT_EQ(mismatches(c, again.slot, again.tags, again.cached), 0) << "prompt " << i;
+    run_to_end(c, again, 40);
+    c.free(again.slot);
+  }
+  ASSERT_TRUE(c.check_invariants().ok()) << c.check_invariants().to_string();
+  c.drain();
+  EXPECT_EQ(provider->ledger().double_maps, 0);
+  EXPECT_EQ(provider->ledger().released_while_mapped, 0);
+}
+
+// Under memory pressure the cache gives way: twelve different prompts of 100
+// tokens do not all fit in 64 pages, so later ones still run, and cached
+// blocks are evicted to make room for them.
+TEST_P(PrefixCacheTest, CachedPromptsGiveWayWhenMemoryRunsOut) {
+  auto provider = std::make_shared<FaultInjectingProvider>(make_host_provider(4096));
+  auto cache = KvCache::create(prefix_config(KvLayout::all_layers, GetParam(), 64), provider);
+  ASSERT_TRUE(cache.ok());
+  KvCache& c = **cache;
+  for (int i = 0; i < 12; ++i) {
+    Req r = make_req(seq(100, 100 + i), 0, 4);
+    admit(c, r);
+    EXPECT_EQ(r.cached, 0) << "prompt " << i;
+    run_to_end(c, r, 40);
+    EXPECT_EQ(mismatches(c, r.slot, r.tags, r.computed), 0) << "prompt " << i;
+    c.free(r.slot);
+    ASSERT_TRUE(c.check_invariants().ok()) << c.check_invariants().to_string();
+  }
+  EXPECT_GT(c.stats().prefix_evictions, 0);
+  c.drain();
+  EXPECT_EQ(provider->ledger().double_maps, 0);
+  EXPECT_EQ(provider->ledger().released_while_mapped, 0);
+}
+
 // As the engine reports: a step's prompt after its launch, indexed at the
 // next prepare(). A request that ends with its prefill (max_tokens 1) is
 // freed before any next prepare: its blocks are indexed at free().
