@@ -341,9 +341,13 @@ bool KvMemory::prewarm_chunk(const MapLock& map_lock, std::int64_t expected_toke
   const std::int64_t target = geometry_.pages_for_tokens(first_tokens);
   {
     std::lock_guard lock(state_mutex_);
-    // The slot acquire(expected_tokens) would pick now. Growing it keeps it
-    // the pick: its shortfall shrinks (or it comes to cover the request).
-    slot = ledger_.pick_free_slot(geometry_.pages_for_tokens(expected_tokens));
+    // The slot acquire(expected_tokens) would pick now for a request without
+    // a prefix hit (with prefix caching, one whose reuse evicts no cached
+    // blocks while memory is free). Growing it keeps it the pick: its
+    // shortfall shrinks (or it comes to cover the request).
+    const std::int64_t need = geometry_.pages_for_tokens(expected_tokens);
+    slot = ledger_.prefix_caching() ? ledger_.plan_acquire(need, {}).slot
+                                    : ledger_.pick_free_slot(need);
     if (slot < 0) return false;
     depth = ledger_.slot(slot).depth;
     if (depth >= target) return false;
