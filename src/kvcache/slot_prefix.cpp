@@ -58,12 +58,11 @@ AcquirePlan SlotLedger::plan_acquire(std::int64_t need_depth,
   AcquirePlan best;
   // Most blocks already mapped first (no driver calls). Then, while the free
   // list holds the request's unshared steps, the fewest cached blocks lost:
-  // the cache gives way only to memory pressure, as an LRU pool does, rather
-  // than to the mapping calls a fresh slot costs (otherwise every request
-  // without a hit took the idle slot of the last one and evicted its prompt,
-  // and a repeated prompt never hit). Then no truncation, then the best fit
-  // by depth as without prefix caching (the smallest surplus, else the
-  // smallest shortfall), then the most recently released.
+  // the cache gives way to memory pressure, not to the mapping calls a fresh
+  // slot costs (else each request without a hit would take the idle slot the
+  // last one released and evict its prompt). Then no truncation, then the
+  // best fit by depth as without prefix caching (the smallest surplus, else
+  // the smallest shortfall), then the most recently released.
   const auto unshared = std::max<std::int64_t>(0, need_depth - std::ssize(matched));
   const bool room = num_free() >= unshared * g_.num_regions;
   std::tuple<std::int64_t, std::int64_t, int, int, std::int64_t, std::uint64_t> best_key;
