@@ -436,7 +436,10 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
   VPOD_ASSIGN_OR_RETURN(PodPlan other_plan, PodPlan::create(batch, dims, other_options));
   VPOD_ASSIGN_OR_RETURN(
       AttentionPlan serial_plan,
-      AttentionPlan::create(batch, dims, {.num_sms = b.device.num_sms, .kernels = args.kernels}));
+      AttentionPlan::create(batch, dims,
+                            {.num_sms = b.device.num_sms,
+                             .kernels = args.kernels,
+                             .decode_cluster_slots = b.device.decode_cluster_slots}));
   const AttentionPlan& pp = pod_plan.attention();
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_meta, pp.metadata_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_work, pp.workspace_bytes()));

@@ -84,8 +84,13 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
     VPOD_RETURN_IF_ERROR(plan.pod.build(*step.batch, dims, pod_options));
     plan.kind = StepPlan::Kind::pod;
   } else {
-    VPOD_RETURN_IF_ERROR(
-        plan.serial.build(*step.batch, dims, {.num_sms = num_sms_, .kernels = options_.kernels}));
+    if (!cluster_slots_) {
+      VPOD_ASSIGN_OR_RETURN(cluster_slots_, attention::query_decode_cluster_slots(dims));
+    }
+    VPOD_RETURN_IF_ERROR(plan.serial.build(*step.batch, dims,
+                                           {.num_sms = num_sms_,
+                                            .kernels = options_.kernels,
+                                            .decode_cluster_slots = *cluster_slots_}));
     plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();

@@ -373,9 +373,12 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
                     deep);
         EXPECT_EQ(deep, 1);
       }
+      const DecodeClusterSlots slots =
+          query_decode_cluster_slots({8, 8, d, dtype}).value();  // what the planner gets
       if (detail::decode_cluster_supported(dtype, d)) {
-        // Clusters of 2 (16 x 16K) must fill the SMs the planner counts on.
-        for (int size : {2, 8}) {
+        // Clusters of 2 (16 x 16K) must fill the SMs the planner counts on;
+        // larger ones may strand slots, which the planner is told.
+        for (int size = 2; size <= kMaxDecodeClusterSize; ++size) {
           const int clusters = detail::decode_cluster_max_active(dtype, d, size).value();
           std::printf("[attention] %s d%d: %d active decode clusters of %d on %d SMs\n",
                       dtype_name(dtype).data(), d, clusters, size, num_sms());
@@ -383,7 +386,11 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
             EXPECT_GE(clusters * size, num_sms() * kDecodeCtasPerSm * 9 / 10);
           }
           EXPECT_GE(clusters, 1);
+          EXPECT_EQ(slots[size], clusters * size);
+          EXPECT_LE(slots[size], num_sms() * kDecodeCtasPerSm);
         }
+      } else {
+        EXPECT_EQ(slots, DecodeClusterSlots{});
       }
     }
   }

@@ -396,6 +396,33 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   expect_plan_covers_batch(hybrid_plan, hybrid);
 }
 
+// A cluster launch only gets the slots whole clusters fit in (a cluster's CTAs
+// share a GPC). On the H200 (head dim 128) clusters of 8 fill 240 of the 264
+// slots, so 4 x 16K on the tile kernel, 32 (decode, KV head) units, must not be
+// split in 8: 256 CTAs in clusters of 8 run two waves there (0.0842 ms, against
+// 0.0716 in 16 splits merged by the counters, bench/results/2026-12-03/decode).
+TEST(AttentionPlanTest, CountsTheSlotsLargeClustersStrand) {
+  const HybridBatch batch = make_batch({}, std::vector<int>(4, 16384));
+  PlanOptions tile = h200();
+  tile.decode_kernel = DecodeKernel::tile;
+  // Told nothing, the planner assumes every slot and takes clusters of 8.
+  const AttentionPlan naive = AttentionPlan::create(batch, llama_dims(), tile).value();
+  EXPECT_EQ(naive.decode_cluster_size(), 8);
+  EXPECT_EQ(naive.decode_items().size(), 32u);
+  tile.decode_cluster_slots.fill(kH200Sms * kDecodeCtasPerSm);
+  tile.decode_cluster_slots[8] = 240;
+  const AttentionPlan plan = AttentionPlan::create(batch, llama_dims(), tile).value();
+  EXPECT_NE(plan.decode_cluster_size(), 8);
+  const std::size_t ctas = plan.decode_items().size() * llama_dims().num_kv_heads;
+  EXPECT_TRUE(plan.decode_cluster_size() == 0 || ctas <= 264u) << ctas << " CTAs";
+  EXPECT_GT(ctas, 240u) << "fewer CTAs than slots would leave SMs without a decode";
+  expect_plan_covers_batch(plan, batch);
+  // Clusters of 2 strand nothing: 16 x 16K still merges its two splits as before.
+  PlanOptions two = tile;
+  const HybridBatch sixteen = make_batch({}, std::vector<int>(16, 16384));
+  EXPECT_EQ(AttentionPlan::create(sixteen, llama_dims(), two)->decode_cluster_size(), 2);
+}
+
 // The deep decode kernel (one CTA per SM, decode_deep.cu) replaces a split
 // tile plan when the unsplit decodes fit one CTA per SM and the estimate
 // (half a block per key block on num_sms slots, no merge) beats the split

@@ -25,6 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -76,6 +77,14 @@ enum class DecodeKernel {
 // cluster size).
 inline constexpr int kMaxDecodeClusterSize = 8;
 
+// CTA slots a cluster-merged decode launch gets, by cluster size (index
+// 2..kMaxDecodeClusterSize; 0 and 1 unused): active clusters x size. A
+// cluster's CTAs must share a GPC, so large clusters strand slots of GPCs
+// whose free slots are fewer than a cluster (H200, head dim 128: 132
+// clusters of 2, all 264 slots; 30 clusters of 8, 240 slots). 0: as many
+// as a plain launch (num_sms x kDecodeCtasPerSm).
+using DecodeClusterSlots = std::array<int, kMaxDecodeClusterSize + 1>;
+
 // How the launchers run a plan. The defaults are the fast paths the engine
 // uses; the alternatives exist for comparisons (`vpod bench attention|pod`
 // flags) and tests. The plan carries them (PlanOptions::kernels), so every
@@ -118,7 +127,15 @@ struct PlanOptions {
   bool decode_cluster_merge = true;
   // How the launchers run the plan (carried by it).
   KernelOptions kernels{};
+  // The device's slots for cluster-merged decodes (query_decode_cluster_slots);
+  // the planner counts the stranded ones when it weighs a cluster merge.
+  DecodeClusterSlots decode_cluster_slots{};
 };
+
+// The current device's DecodeClusterSlots for `dims` (zeros where the cluster
+// kernels do not run: sm_80). The tile and heads cluster kernels have the same
+// threads, shared memory and CTAs per SM, so one query serves both.
+Result<DecodeClusterSlots> query_decode_cluster_slots(const AttentionDims& dims);
 
 // Device memory a plan needs, owned by the caller and sized once for the
 // largest step (plan.metadata_bytes(), plan.workspace_bytes()).

@@ -326,6 +326,18 @@ Status decode(const AttentionPlan& plan, const AttentionBuffers& buffers, const 
                     stream);
 }
 
+Result<DecodeClusterSlots> query_decode_cluster_slots(const AttentionDims& dims) {
+  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  DecodeClusterSlots slots{};
+  if (!detail::decode_cluster_supported(dims.dtype, dims.head_dim)) return slots;
+  for (int size = 2; size <= kMaxDecodeClusterSize; ++size) {
+    VPOD_ASSIGN_OR_RETURN(const int clusters,
+                          detail::decode_cluster_max_active(dims.dtype, dims.head_dim, size));
+    slots[size] = clusters * size;
+  }
+  return slots;
+}
+
 namespace detail {
 
 KvAddressing contiguous_addressing(const KvLayerView& kv) {

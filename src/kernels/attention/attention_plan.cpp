@@ -390,10 +390,14 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
-      const double merge = !any_split                                            ? 0.0
-                           : cluster_merge && !deep && cluster_splits(chunk) > 0 ? cluster_overhead
-                                                                                 : combine_overhead;
-      return estimate_makespan(costs, slots, scratch.free_slots) + merge;
+      const int cluster = cluster_merge && !deep ? cluster_splits(chunk) : 0;
+      const double merge = !any_split ? 0.0 : cluster > 0 ? cluster_overhead : combine_overhead;
+      // A cluster launch gets the slots whole clusters fit in: 256 CTAs in
+      // clusters of 8 are two waves on the H200's 240 such slots, one wave
+      // of its 264 plain ones (decode 4 x 16384 with 8 KV heads).
+      const int cluster_slots = cluster > 0 ? options.decode_cluster_slots[cluster] : 0;
+      const int launch_slots = cluster_slots > 0 ? std::min(slots, cluster_slots) : slots;
+      return estimate_makespan(costs, launch_slots, scratch.free_slots) + merge;
     };
     DecodeChoice best{std::max(max_blocks, 1), 0, -1.0};
     if (options.decode_splits > 0) {

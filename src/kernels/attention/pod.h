@@ -61,6 +61,8 @@ struct PodDevice {
   // KernelOptions::ws_prefill): the planner's serial estimate counts its
   // speed, not the fused kernel's tile's.
   bool ws_prefill = false;
+  // The serial plans' (the fallback's) cluster-merged decode slots.
+  DecodeClusterSlots decode_cluster_slots{};
 };
 // The current device. The wgmma prefill tile is chosen where the GPU runs its
 // sm_90a code, unless `allow_wgmma` is false (pass KernelOptions::wgmma_prefill,

@@ -127,6 +127,7 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) 
                                                                  dims.dtype, dims.head_dim));
     info.ws_prefill = ws_ctas > 0;
   }
+  VPOD_ASSIGN_OR_RETURN(info.decode_cluster_slots, query_decode_cluster_slots(dims));
   for (int v = 1; v <= kPodMaxVirtualDecode; ++v) {
     VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm[v],
                           dims.dtype == DType::f16

@@ -361,7 +361,8 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                                      {.num_sms = dev.num_sms,
                                       .prefill_splits = options.prefill_splits,
                                       .decode_splits = options.decode_splits,
-                                      .kernels = options.kernels}));
+                                      .kernels = options.kernels,
+                                      .decode_cluster_slots = dev.decode_cluster_slots}));
     if (options.explain) {
       config.reason = "serial: prefill and decode kernels with the attention planner's splits";
     }
@@ -578,8 +579,10 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   config.prefill_beyond_limit = go_beyond;
   if (options.serial_fallback && serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
-    VPOD_RETURN_IF_ERROR(
-        plan_.build(batch, dims, {.num_sms = dev.num_sms, .kernels = options.kernels}));
+    VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
+                                     {.num_sms = dev.num_sms,
+                                      .kernels = options.kernels,
+                                      .decode_cluster_slots = dev.decode_cluster_slots}));
     config.fused = false;
     config.wgmma_prefill = dev.wgmma_prefill;  // the standalone prefill's tile too
     if (options.explain) {
