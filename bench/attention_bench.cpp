@@ -87,6 +87,7 @@ struct Args {
   attention::KernelOptions kernels;        // --mma-prefill, --no-tma, ...
   std::vector<std::string> decode_shapes;  // extra decode cases, BATCHxCONTEXT
   std::vector<int> prefill_shapes;         // extra one-shot prefill cases, prompt tokens
+  std::vector<std::string> chunk_shapes;   // extra chunk cases, BATCHxNEW@CACHED
   int min_iters = 20;
   int max_iters = 200;
   double target_ms = 300.0;
@@ -686,6 +687,18 @@ int run(const Args& args) {
     }
     cases.push_back({fmt::format("prefill {}", n), false, 1, 0, n});
   }
+  for (const std::string& shape : args.chunk_shapes) {
+    int batch = 0, num_new = 0, cached = 0;
+    char x = 0, at = 0;
+    if (std::sscanf(shape.c_str(), "%d%c%d%c%d", &batch, &x, &num_new, &at, &cached) != 5 ||
+        x != 'x' || at != '@' || batch < 1 || num_new < 1 || cached < 0) {
+      fmt::print(stderr, "vpod bench attention: --chunk-shape {}: expected BATCHxNEW@CACHED\n",
+                 shape);
+      return 2;
+    }
+    cases.push_back({fmt::format("chunk {}x{} @{}", batch, num_new, cached + num_new), false, batch,
+                     cached, num_new});
+  }
   std::vector<Row> rows;
   bool all_valid = true;
   const double read_ceiling =
@@ -782,6 +795,10 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "the warp-specialized prefill walks its tiles head-major whatever their costs "
       "(experiment; default: only when they cost alike)");
   cmd.add_flag_callback(
+      "--no-gqa-pack", [&options] { options.ws_gqa_pack = false; },
+      "the warp-specialized prefill runs one query head per tile even where the plan allows a "
+      "KV head's group in one (comparison)");
+  cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");
   cmd.add_flag_callback(
@@ -824,6 +841,9 @@ void add_attention_bench(CLI::App& bench) {
   cmd->add_option("--prefill-shape", args->prefill_shapes,
                   "extra one-shot prefill cases of N prompt tokens (e.g. 131072), after the "
                   "fixed ones");
+  cmd->add_option("--chunk-shape", args->chunk_shapes,
+                  "extra chunk cases BATCHxNEW@CACHED: BATCH sequences each adding NEW query "
+                  "tokens over CACHED cached ones (e.g. 32x16@8192, a conversation's next turn)");
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {

@@ -20,6 +20,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "cuda/device_buffer.h"
 #include "cuda/graph.h"
@@ -672,11 +673,39 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        make_batch({{1000, 700}}, {}),
        3,
        "ws splits mha"},
+      // GQA packing: every chunk at most 128 / group tokens, so a tile holds a
+      // KV head's whole group (groups 4, 5, 7, 8 and MQA's 8; split or not).
+      {{32, 8, 128, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{8000, 32}, {300, 5}, {0, 17}}, {}),
+       0,
+       "ws packed g4"},
+      {{20, 4, 128, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{5000, 25}, {0, 1}}, {}),
+       0,
+       "ws packed g5"},
+      {{14, 2, 64, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{3000, 18}, {100, 9}}, {}),
+       3,
+       "ws packed g7 splits"},
+      {{8, 1, 64, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{6000, 16}}, {}),
+       0,
+       "ws packed mqa"},
+      {{16, 2, 128, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{12000, 16}, {40, 3}}, {}),
+       0,
+       "ws packed g8 planned splits"},
   };
   for (const Case& c : cases) {
     HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
     cache.fill_cached(c.batch, rng);
     HostKvCache cache_tile = cache;
+    HostKvCache cache_unpacked = cache;
     const StepInputs in = random_inputs(c.dims, c.batch.num_tokens(), rng);
     GpuAttention gpu_ws(cache), gpu_tile(cache_tile);
     const float scale = 1.f / std::sqrt(static_cast<float>(c.dims.head_dim));
@@ -696,6 +725,18 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
                                                      to_float(c.dims.dtype, out_tile[i])));
     }
     EXPECT_LE(max_diff, 2 * std::max(cw.bound(), ct.bound())) << c.label;
+    const int pack = AttentionPlan::create(c.batch, c.dims, ws).value().prefill_pack();
+    if (std::string_view(c.label).starts_with("ws packed")) {
+      // Packed tiles run every row's arithmetic as one-head tiles do: same bits.
+      ASSERT_EQ(pack, c.dims.group_size()) << c.label << ": the case must pack";
+      PlanOptions unpacked = ws;
+      unpacked.kernels.ws_gqa_pack = false;
+      GpuAttention gpu_unpacked(cache_unpacked);
+      const auto out_unpacked = gpu_unpacked.step(c.batch, in, unpacked, scale);
+      EXPECT_EQ(out_ws, out_unpacked) << c.label << ": packed and one-head tiles differ";
+    } else {
+      EXPECT_EQ(pack, 1) << c.label;
+    }
   }
 }
 

@@ -396,6 +396,39 @@ TEST(AttentionPlanTest, MergesEvenDecodeSplitsAsClusters) {
   expect_plan_covers_batch(hybrid_plan, hybrid);
 }
 
+// GQA packing: when every prefill tile has at most 128 / group query rows
+// (short chunks), the plan lets the warp-specialized kernel hold a KV head's
+// whole group in one tile, and its split estimate counts one CTA per KV head.
+TEST(AttentionPlanTest, PacksTheGroupsOfShortChunks) {
+  // Group 4: chunks of up to 32 tokens pack, one of 33 does not.
+  const HybridBatch turns = make_batch({{8176, 16}, {300, 32}, {0, 5}}, {100});
+  EXPECT_EQ(AttentionPlan::create(turns, llama_dims(), h200())->prefill_pack(), 4);
+  EXPECT_EQ(AttentionPlan::create(make_batch({{8176, 16}, {300, 33}}, {}), llama_dims(), h200())
+                ->prefill_pack(),
+            1);
+  // Group 7 (not a divisor of 128): 18 tokens x 7 = 126 rows.
+  const AttentionDims g7{14, 2, 128, DType::bf16};
+  EXPECT_EQ(AttentionPlan::create(make_batch({{1000, 18}}, {}), g7, h200())->prefill_pack(), 7);
+  EXPECT_EQ(AttentionPlan::create(make_batch({{1000, 19}}, {}), g7, h200())->prefill_pack(), 1);
+  // No group to pack (MHA), or no prefill at all.
+  EXPECT_EQ(AttentionPlan::create(make_batch({{1000, 5}}, {}), {8, 8, 128, DType::f16}, h200())
+                ->prefill_pack(),
+            1);
+  EXPECT_EQ(AttentionPlan::create(make_batch({}, {4096}), llama_dims(), h200())->prefill_pack(), 1);
+  // One 16-token turn over 16K: 8 packed CTAs instead of 32 one-head ones, so
+  // the planner splits the keys further to fill the GPU.
+  const HybridBatch one = make_batch({{16368, 16}}, {});
+  PlanOptions unpacked = h200();
+  unpacked.kernels.ws_gqa_pack = false;
+  const AttentionPlan packed_plan = AttentionPlan::create(one, llama_dims(), h200()).value();
+  const AttentionPlan unpacked_plan = AttentionPlan::create(one, llama_dims(), unpacked).value();
+  EXPECT_EQ(unpacked_plan.prefill_pack(), 4) << "the items allow it; the option decides";
+  EXPECT_GT(packed_plan.prefill_items().size(), unpacked_plan.prefill_items().size());
+  EXPECT_LE(packed_plan.prefill_items().size() * llama_dims().num_kv_heads,
+            2u * kH200Sms * kPrefillCtasPerSm);
+  expect_plan_covers_batch(packed_plan, one);
+}
+
 // A cluster launch only gets the slots whole clusters fit in (a cluster's CTAs
 // share a GPC). On the H200 (head dim 128) clusters of 8 fill 240 of the 264
 // slots, so 4 x 16K on the tile kernel, 32 (decode, KV head) units, must not be

@@ -104,6 +104,10 @@ struct KernelOptions {
   // costs (experiment; by default head-major only when the items cost alike,
   // attention_launch.cpp).
   bool ws_head_major = false;
+  // The warp-specialized kernel packs a KV head's query heads into one tile
+  // where the plan allows it (AttentionPlan::prefill_pack); false: one query
+  // head per tile always (comparison).
+  bool ws_gqa_pack = true;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.
   bool decode_merge_in_kernel = true;
@@ -188,6 +192,14 @@ class AttentionPlan {
     return !prefill_items_.empty() &&
            5 * prefill_items_.back().cost >= 4 * prefill_items_.front().cost;
   }
+  // The query heads one tile of the warp-specialized kernel can hold: the
+  // group size when every prefill item has at most kPrefillBlockM / group
+  // query rows (short chunks: a conversation's next turn over its cached
+  // context), so a tile covers a KV head's whole group and reads each K/V
+  // block once for it; else 1. The launcher packs where the kernel runs and
+  // KernelOptions::ws_gqa_pack allows; the other prefill kernels run the same
+  // items one query head per tile.
+  int prefill_pack() const { return prefill_pack_; }
   const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }
   const std::vector<CombineItem>& prefill_combines() const { return prefill_combines_; }
   const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }
@@ -248,6 +260,7 @@ class AttentionPlan {
   std::vector<CombineItem> decode_combines_;
   std::vector<TokenSlot> token_slots_;
   int partial_rows_ = 0;
+  int prefill_pack_ = 1;
   DecodeKernel decode_kernel_ = DecodeKernel::tile;
   int decode_cluster_size_ = 0;
   PlanLayout layout_;

@@ -103,9 +103,11 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
   p.kv_tma = maps;
   // The warp-specialized kernel also loads Q by TMA (it needs both maps).
   if (maps.valid != 0 && plan.kernel_options().ws_prefill) {
-    const Status encoded = encode_q_tensor_map(q, plan.num_tokens(), p.q_tma);
+    const int pack = plan.kernel_options().ws_gqa_pack ? plan.prefill_pack() : 1;
+    const Status encoded = encode_q_tensor_map(q, plan.num_tokens(), pack, p.q_tma);
     if (encoded.ok()) {
       p.q_tma_valid = 1;
+      p.ws_pack = pack;
     } else {
       // Said once per process: the one-warpgroup tile runs instead, slower.
       static std::once_flag said;

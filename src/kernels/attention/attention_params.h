@@ -158,14 +158,19 @@ struct AttentionParams {
   std::int64_t out_token_stride = 0;
   KvAddressing kv;
   KvTensorMaps kv_tma;  // contiguous K/V for the sm_90a prefill tile's TMA loads
-  // Q as a 3D tensor {head_dim, q head, token} in boxes of 64 dims x 128
-  // tokens (the warp-specialized prefill kernel, prefill_ws.cuh); valid only
-  // when that kernel runs.
+  // Q as a 3D tensor {head_dim, q head, token} in boxes of 64 dims x ws_pack
+  // heads x kPrefillBlockM / ws_pack tokens (the warp-specialized prefill
+  // kernel, prefill_ws.cuh); valid only when that kernel runs.
   TensorMapBytes q_tma;
   std::int32_t q_tma_valid = 0;
   // The warp-specialized kernel walks its tiles head-major (every item of a
   // query head, then the next head); 0: item-major (the launcher decides).
   std::int32_t ws_head_major = 0;
+  // Query heads per tile of the warp-specialized kernel: 1, one query head
+  // per tile; group_size, a KV head's query heads packed into one tile, row r
+  // = (token r / ws_pack, head r % ws_pack), for plans whose items all have
+  // at most kPrefillBlockM / group_size query rows (AttentionPlan::prefill_pack).
+  std::int32_t ws_pack = 1;
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;          // num_q_heads / num_kv_heads

@@ -205,6 +205,7 @@ void AttentionPlan::clear() {
   decode_combines_.clear();
   token_slots_.clear();
   partial_rows_ = 0;
+  prefill_pack_ = 1;
   decode_kernel_ = DecodeKernel::tile;
   decode_cluster_size_ = 0;
   layout_ = PlanLayout{};
@@ -257,8 +258,20 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
       tiles.push_back({i, q, rows, kv_end, ceil_div(kv_end, kPrefillBlockN)});
     }
   }
+  // GQA packing (prefill_pack): every tile short enough for a KV head's
+  // whole group of query heads. The warp-specialized kernel then runs one CTA
+  // per (tile, KV head), each costing what a one-head CTA costs.
+  const int group = dims.group_size();
+  bool packable = group > 1 && !tiles.empty();
+  for (const Tile& t : tiles) packable = packable && t.rows * group <= kPrefillBlockM;
+  plan.prefill_pack_ = packable ? group : 1;
+  const KernelOptions& kernels = options.kernels;
+  const int tile_ctas =
+      packable && kernels.wgmma_prefill && kernels.ws_prefill && kernels.ws_gqa_pack
+          ? dims.num_kv_heads
+          : dims.num_q_heads;
   const int prefill_slots = options.num_sms * kPrefillCtasPerSm;
-  const long long base_ctas = static_cast<long long>(tiles.size()) * dims.num_q_heads;
+  const long long base_ctas = static_cast<long long>(tiles.size()) * tile_ctas;
   auto tile_splits = [&](const Tile& t, int target) {
     int splits = target;
     if (options.prefill_splits == 0) {
@@ -287,9 +300,7 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
         const int per = ceil_div(t.blocks, splits);
         for (int j = 0; j < splits; ++j) {
           const int b = std::min(per, t.blocks - j * per);
-          for (int h = 0; h < dims.num_q_heads; ++h) {
-            costs.push_back(b + kPrefillCtaOverheadBlocks);
-          }
+          for (int h = 0; h < tile_ctas; ++h) costs.push_back(b + kPrefillCtaOverheadBlocks);
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());

@@ -70,7 +70,7 @@ Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps) {
   return Status();
 }
 
-Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& map) {
+Status encode_q_tensor_map(const TensorView& q, int num_tokens, int pack, TensorMapBytes& map) {
   if (q.device() != Device::cuda) return invalid_argument("TMA needs Q on cuda");
   if (dtype_size(q.dtype()) != 2) {
     return invalid_argument(
@@ -80,6 +80,10 @@ Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& 
     return invalid_argument(
         fmt::format("TMA Q needs [tokens, heads, 64k] rows, got {}", q.to_string()));
   }
+  if (pack < 1 || pack > q.size(1) || pack > static_cast<int>(kQBoxTokens)) {
+    return invalid_argument(
+        fmt::format("TMA Q packs 1..min(heads, {}) heads per box, not {}", kQBoxTokens, pack));
+  }
   VPOD_ASSIGN_OR_RETURN(const cuda::DriverApi* api, cuda::driver_api());
   const std::uint64_t elem = 2;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(q.size(2)),
@@ -87,7 +91,8 @@ Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& 
                               static_cast<cuuint64_t>(num_tokens)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(q.stride(1)) * elem,
                                  static_cast<cuuint64_t>(q.stride(0)) * elem};
-  const cuuint32_t box[3] = {kBoxDims, 1, kQBoxTokens};
+  const cuuint32_t box[3] = {kBoxDims, static_cast<cuuint32_t>(pack),
+                             kQBoxTokens / static_cast<cuuint32_t>(pack)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   CUtensorMap encoded;
   VPOD_CU_RETURN_IF_ERROR(

@@ -22,9 +22,11 @@ Status encode_kv_tensor_maps(const KvLayerView& kv, KvTensorMaps& maps);
 
 // The warp-specialized prefill kernel's Q descriptor: `q` ([tokens, heads,
 // head_dim], token stride a multiple of 8 elements, 2-byte elements) as a 3D
-// tensor {head_dim, head, token} in boxes of 64 dims x 128 tokens, 128-byte
-// swizzle; rows past the last token read as zero.
-Status encode_q_tensor_map(const TensorView& q, int num_tokens, TensorMapBytes& map);
+// tensor {head_dim, head, token} in boxes of 64 dims x `pack` heads x
+// kPrefillBlockM / pack tokens (AttentionParams::ws_pack; the box's rows land
+// token-major, head-minor), 128-byte swizzle; rows past the last token read
+// as zero.
+Status encode_q_tensor_map(const TensorView& q, int num_tokens, int pack, TensorMapBytes& map);
 
 // The descriptors the launchers pass to the prefill and POD kernels: those of
 // encode_kv_tensor_maps, or valid = 0 (cp.async loads) when it fails. (The

@@ -23,6 +23,15 @@
 // the split's end; blocks entirely above the diagonal are never visited
 // (kv_end is clipped by the planner).
 //
+// GQA packing (AttentionParams::ws_pack = group size, when every work item has
+// at most 128 / group query rows: short chunks, such as a conversation's next
+// turn over its cached context): a tile holds the item's tokens for all the
+// query heads of one KV head, row r = (token r / group, head r % group), Q
+// loaded as one box of group heads x 128 / group tokens. One CTA then reads
+// each K/V block once for the group instead of once per query head. The
+// rows' arithmetic is unchanged (a row never meets another), so packed and
+// one-head tiles give the same bits.
+//
 // K/V come from the virtual KV tensor through the layer's TMA descriptors
 // (boxes of 64 dims x 64 tokens, two per 128-key block per 64-dim column).
 // The block holding the split's last key, when partial, is loaded with
@@ -148,9 +157,13 @@ struct PrefillWsTile {
   struct Tile {
     PrefillWorkItem item;
     SequenceDesc seq;
-    int q_head;
+    int q_head;      // packed (AttentionParams::ws_pack > 1): the KV head's first
     int num_blocks;  // key blocks of 128 from kv_begin, the last possibly partial
   };
+  // Tiles per work item: one per query head, or per KV head when packed.
+  static __device__ __forceinline__ int tile_heads(const AttentionParams& p) {
+    return p.ws_pack > 1 ? p.num_kv_heads : p.num_q_heads;
+  }
   // This CTA's tile in round r of the persistent walk: rounds of gridDim.x
   // tiles over the longest-first list, every other round in reverse CTA
   // order (a plain stride would hand CTA 0 the longest tile of every round).
@@ -161,8 +174,9 @@ struct PrefillWsTile {
   }
   static __device__ __forceinline__ Tile tile_at(const AttentionParams& p, int t) {
     Tile tile;
-    const int item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / p.num_q_heads;
-    tile.q_head = p.ws_head_major != 0 ? t / p.num_prefill_items : t % p.num_q_heads;
+    const int heads = tile_heads(p);
+    const int item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / heads;
+    tile.q_head = (p.ws_head_major != 0 ? t / p.num_prefill_items : t % heads) * p.ws_pack;
     tile.item = p.plan.prefill_items[item];
     tile.seq = p.plan.prefill_seqs[tile.item.seq];
     tile.num_blocks = (tile.item.kv_end - tile.item.kv_begin + kBlockN - 1) / kBlockN;
@@ -224,7 +238,9 @@ struct PrefillWsTile {
       ws::prefetch_tensor_map(&p.kv_tma.k);
       ws::prefetch_tensor_map(&p.kv_tma.v);
     }
-    const int num_tiles = p.num_prefill_items * p.num_q_heads;
+    const int num_tiles = p.num_prefill_items * tile_heads(p);
+    // A packed Q box holds kBlockM / ws_pack tokens of ws_pack heads.
+    const std::uint32_t q_bytes = kColBlocks * (kBlockM / p.ws_pack) * p.ws_pack * 128;
     std::uint32_t q_phase = 0;
     ws::RingState<kStages> ring;
     for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
@@ -239,7 +255,7 @@ struct PrefillWsTile {
       // Q: free once both consumers finished the last tile's Q K^T.
       wgmma::mbarrier_wait(sm.q_empty(), q_phase ^ 1u);
       if (lane == 0) {
-        wgmma::mbarrier_expect_tx(sm.q_full(), kSmemQ);
+        wgmma::mbarrier_expect_tx(sm.q_full(), q_bytes);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb) {
           ws::tma_load_3d(sm.q + cb * kBlockM * 128, &p.q_tma, sm.q_full(), cb * 64, tile.q_head,
@@ -274,17 +290,16 @@ struct PrefillWsTile {
   // ----------------------------------------------------------------------------------------
   // Consumers.
   // ----------------------------------------------------------------------------------------
-  // Sets S to -inf at keys >= kv_end and above the causal diagonal. `pos0`:
-  // absolute position of this thread's first row (its second is pos0 + 8).
+  // Sets S to -inf at keys >= kv_end and above the causal diagonal. `pos`:
+  // absolute positions of this thread's two rows (tile rows r and r + 8).
   static __device__ __forceinline__ void mask_block(float (&s)[kSAcc], int key0, int kv_end,
-                                                    int pos0, int lane) {
+                                                    const int (&pos)[2], int lane) {
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + j * 8 + (lane % 4) * 2 + (e & 1);
-        const int pos = pos0 + 8 * (e / 2);
-        if (key >= kv_end || key > pos) s[4 * j + e] = -INFINITY;
+        if (key >= kv_end || key > pos[e / 2]) s[4 * j + e] = -INFINITY;
       }
     }
   }
@@ -391,7 +406,7 @@ struct PrefillWsTile {
     const int warp = tid_wg / 32;  // within the warpgroup
     const int lane = tid_wg % 32;
     const int other = 1 - wg;
-    const int num_tiles = p.num_prefill_items * p.num_q_heads;
+    const int num_tiles = p.num_prefill_items * tile_heads(p);
     // K-major Q and K: LBO unused, SBO = 8 rows of 128 bytes. V: MN-major, the
     // next 64 dims a column block (kBlockN rows) further, the next 8 keys 1024 B.
     const std::uint64_t desc_q = wgmma::make_desc(sm.q + wg * 64 * 128, 16, 1024);
@@ -407,9 +422,12 @@ struct PrefillWsTile {
       // alike (no load, no wait) rather than wait forever.
       if (tile.num_blocks <= 0) continue;
       const int kv_end = tile.item.kv_end;
+      // Tile row r is token r / ws_pack of the item (head r % ws_pack when packed).
       const int row_base = wg * 64 + warp * 16;  // first tile row of this warp
-      const int pos_warp = tile.seq.cached_len + tile.item.q_begin + row_base;
-      const int pos0 = pos_warp + lane / 4;
+      const int pos_item = tile.seq.cached_len + tile.item.q_begin;
+      const int pos_warp = pos_item + row_base / p.ws_pack;  // the warp's first row's
+      const int pos_rows[2] = {pos_item + (row_base + lane / 4) / p.ws_pack,
+                               pos_item + (row_base + lane / 4 + 8) / p.ws_pack};
       float o[kOAcc];
 #pragma unroll
       for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
@@ -435,7 +453,7 @@ struct PrefillWsTile {
       wgmma::fence_operands(s);
       release(sm.k_empty(ring.stage), lane);
       if (b == 0) release(sm.q_empty(), lane);
-      mask_block(s, key0, kv_end, pos0, lane);
+      mask_block(s, key0, kv_end, pos_rows, lane);
       online_softmax(s, row_max, row_sum, correction, p.scale_log2);
       to_pa(s, pa);
       ws::RingState<kStages> v_ring = ring;  // the stage of the V that P multiplies
@@ -463,7 +481,7 @@ struct PrefillWsTile {
         if (b == 0) release(sm.q_empty(), lane);
         // Masks only where the block crosses the diagonal or the split's end.
         if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > pos_warp) {
-          mask_block(s, key0, kv_end, pos0, lane);
+          mask_block(s, key0, kv_end, pos_rows, lane);
         }
         online_softmax(s, row_max, row_sum, correction, p.scale_log2);
         wgmma::wait<0>();  // P V done: O and the V stage are free
@@ -499,7 +517,8 @@ struct PrefillWsTile {
                                                       float (&row_sum)[2], const Smem& sm,
                                                       char* smem, int wg, int warp, int lane,
                                                       int tid_wg) {
-    const int num_rows = min(kBlockM, tile.seq.num_new - tile.item.q_begin);
+    const int pack = p.ws_pack;  // row r: token r / pack, query head q_head + r % pack
+    const int num_rows = min(kBlockM / pack, tile.seq.num_new - tile.item.q_begin) * pack;
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_sum[h] = quad_sum(row_sum[h]);
     if (tile.item.partial_row < 0) {
@@ -530,8 +549,9 @@ struct PrefillWsTile {
       for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
         const int row = wg * 64 + pass * kRowsPerPass + tid_wg / kRowChunks;
         if (row < num_rows) {
-          *reinterpret_cast<uint4*>(out_tile + static_cast<std::int64_t>(row) * p.out_token_stride +
-                                    chunk * 8) =
+          *reinterpret_cast<uint4*>(out_tile +
+                                    static_cast<std::int64_t>(row / pack) * p.out_token_stride +
+                                    (row % pack) * kHeadDim + chunk * 8) =
               *reinterpret_cast<const uint4*>(staging + Staging::offset(row, chunk));
         }
       }
@@ -544,7 +564,8 @@ struct PrefillWsTile {
         const float sum = row_sum[h];
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const std::int64_t prow =
-            static_cast<std::int64_t>(tile.item.partial_row + row) * p.num_q_heads + tile.q_head;
+            static_cast<std::int64_t>(tile.item.partial_row + row / pack) * p.num_q_heads +
+            tile.q_head + row % pack;
         float* dst = p.plan.partial_o + prow * kHeadDim + (lane % 4) * 2;
 #pragma unroll
         for (int d = 0; d < kHeadDim / 8; ++d) {
