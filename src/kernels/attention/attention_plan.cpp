@@ -375,7 +375,8 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   struct DecodeChoice {
     int chunk = 0;
     long long ctas = 0;
-    double time = 0.0;  // estimated makespan in key-block times of a tile CTA slot
+    double time = 0.0;     // estimated makespan in key-block times of a tile CTA slot
+    bool cluster = false;  // the splits merge as clusters (estimated faster than the counters)
   };
   // The chunk (key blocks per split) for one kernel, its grid's CTAs and estimate.
   auto choose_chunk = [&](DecodeKernel kernel) {
@@ -385,7 +386,10 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
     const int units_per_cta = heads ? std::min(kDecodeHeadsPerCta, units) : 1;
     const int slots = options.num_sms * (deep ? kDecodeDeepCtasPerSm : kDecodeCtasPerSm);
     const double block_cost = deep ? kDecodeDeepBlockCost : 1.0;
-    auto estimate = [&](int chunk) {
+    // Estimated makespan with `chunk`; `cluster`: whether the cluster merge
+    // beats the counter merge there.
+    auto estimate = [&](int chunk, bool& cluster_merged) {
+      cluster_merged = false;
       std::vector<double>& costs = scratch.costs;
       costs.clear();
       bool any_split = false;
@@ -401,14 +405,25 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
+      const double plain = estimate_makespan(costs, slots, scratch.free_slots);
+      if (!any_split) return plain;
       const int cluster = cluster_merge && !deep ? cluster_splits(chunk) : 0;
-      const double merge = !any_split ? 0.0 : cluster > 0 ? cluster_overhead : combine_overhead;
-      // A cluster launch gets the slots whole clusters fit in: 256 CTAs in
-      // clusters of 8 are two waves on the H200's 240 such slots, one wave
-      // of its 264 plain ones (decode 4 x 16384 with 8 KV heads).
-      const int cluster_slots = cluster > 0 ? options.decode_cluster_slots[cluster] : 0;
-      const int launch_slots = cluster_slots > 0 ? std::min(slots, cluster_slots) : slots;
-      return estimate_makespan(costs, launch_slots, scratch.free_slots) + merge;
+      if (cluster > 0) {
+        // A cluster launch gets the slots whole clusters fit in: 256 CTAs in
+        // clusters of 8 are two waves on the H200's 240 such slots, one wave
+        // of its 264 plain ones, where the counter merge is the faster one
+        // (decode 4 x 16384 with 8 KV heads).
+        const int cluster_slots = options.decode_cluster_slots[cluster];
+        const double clustered = (cluster_slots > 0 && cluster_slots < slots
+                                      ? estimate_makespan(costs, cluster_slots, scratch.free_slots)
+                                      : plain) +
+                                 cluster_overhead;
+        if (clustered <= plain + combine_overhead) {
+          cluster_merged = true;
+          return clustered;
+        }
+      }
+      return plain + combine_overhead;
     };
     DecodeChoice best{std::max(max_blocks, 1), 0, -1.0};
     if (options.decode_splits > 0) {
@@ -424,14 +439,16 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
         ctas *= ctas_per_item;
         // Beyond four waves a finer split only adds fixed costs (and planning time).
         if (n > 1 && ctas > 4LL * slots) break;
-        const double time = estimate(chunk);
+        bool clustered = false;
+        const double time = estimate(chunk, clustered);
         if (best.time < 0.0 || time < best.time - 1e-9) {
           best.time = time;
           best.chunk = chunk;
+          best.cluster = clustered;
         }
       }
     }
-    if (best.time < 0.0 && !decode_blocks.empty()) best.time = estimate(best.chunk);
+    if (best.time < 0.0 && !decode_blocks.empty()) best.time = estimate(best.chunk, best.cluster);
     for (int blocks : decode_blocks) best.ctas += splits_for(blocks, best.chunk);
     best.ctas *= ctas_per_item;
     return best;
@@ -466,7 +483,7 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   // 2..kMaxDecodeClusterSize (a cluster's CTAs share one launch's cluster
   // shape), tile or heads kernel. Its items are grouped by decode, longest
   // first.
-  if (cluster_merge && plan.decode_kernel_ != DecodeKernel::tile_deep) {
+  if (cluster_merge && plan.decode_kernel_ != DecodeKernel::tile_deep && choice.cluster) {
     plan.decode_cluster_size_ = cluster_splits(best_chunk);
   }
   std::vector<int>& decode_order = scratch.decode_order;
