@@ -208,7 +208,9 @@ class AttentionPlan {
   // The decode kernel (never automatic) and its CTAs per decode item.
   DecodeKernel decode_kernel() const { return decode_kernel_; }
   // S > 0 when the decode splits merge as clusters of S CTAs: every
-  // decode has S (2..kMaxDecodeClusterSize) splits, its items consecutive
+  // decode has S (2..kMaxDecodeClusterSize) splits, the estimate (on the
+  // slots whole clusters get, PlanOptions::decode_cluster_slots) beats the
+  // counter merge of the same splits, and the items are consecutive
   // (decode_items()[S * i + j] is split j of the i-th decode, longest decodes
   // first). 0: splits (if any) merge through the arrival counters. The
   // launcher falls back to the counters where the device lacks clusters

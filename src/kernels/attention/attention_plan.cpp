@@ -386,8 +386,8 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
     const int units_per_cta = heads ? std::min(kDecodeHeadsPerCta, units) : 1;
     const int slots = options.num_sms * (deep ? kDecodeDeepCtasPerSm : kDecodeCtasPerSm);
     const double block_cost = deep ? kDecodeDeepBlockCost : 1.0;
-    // Estimated makespan with `chunk`; `cluster`: whether the cluster merge
-    // beats the counter merge there.
+    // Estimated makespan with `chunk`; `cluster_merged`: whether the cluster
+    // merge beats the counter merge there.
     auto estimate = [&](int chunk, bool& cluster_merged) {
       cluster_merged = false;
       std::vector<double>& costs = scratch.costs;
