@@ -166,14 +166,18 @@ void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batc
 
 TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
   std::mt19937_64 rng(42);
+  int packed_trials = 0;
   for (int trial = 0; trial < 60; ++trial) {
     std::vector<testing::SeqSpec> prefills;
     std::vector<int> decodes;
     const int num_prefills = std::uniform_int_distribution<int>(0, 3)(rng);
     const int num_decodes = std::uniform_int_distribution<int>(0, 40)(rng);
+    // Every fourth trial short chunks only (conversation turns), where the
+    // group may be packed.
+    const int max_new = trial % 4 == 3 ? 40 : 3000;
     for (int i = 0; i < num_prefills; ++i) {
       prefills.push_back({std::uniform_int_distribution<int>(0, 20000)(rng),
-                          std::uniform_int_distribution<int>(1, 3000)(rng)});
+                          std::uniform_int_distribution<int>(1, max_new)(rng)});
     }
     for (int i = 0; i < num_decodes; ++i) {
       decodes.push_back(std::uniform_int_distribution<int>(1, 20000)(rng));
@@ -191,7 +195,18 @@ TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
     for (std::size_t i = 1; i < plan->prefill_items().size(); ++i) {
       EXPECT_GE(plan->prefill_items()[i - 1].cost, plan->prefill_items()[i].cost);
     }
+    // GQA packing exactly when every item's tokens fit a tile for the whole group.
+    int max_rows = 0;
+    for (const PrefillWorkItem& item : plan->prefill_items()) {
+      max_rows = std::max(
+          max_rows, std::min(kPrefillBlockM, batch.prefills[item.seq].num_new - item.q_begin));
+    }
+    const bool packable = !plan->prefill_items().empty() && dims.group_size() > 1 &&
+                          max_rows * dims.group_size() <= kPrefillBlockM;
+    EXPECT_EQ(plan->prefill_pack(), packable ? dims.group_size() : 1) << "trial " << trial;
+    packed_trials += packable;
   }
+  EXPECT_GT(packed_trials, 0) << "no trial exercised packing";
 }
 
 TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
