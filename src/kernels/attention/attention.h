@@ -137,8 +137,10 @@ struct PlanOptions {
 };
 
 // The current device's DecodeClusterSlots for `dims` (zeros where the cluster
-// kernels do not run: sm_80). The tile and heads cluster kernels have the same
-// threads, shared memory and CTAs per SM, so one query serves both.
+// kernels do not run: sm_80), queried on the tile kernel's cluster variant.
+// The heads variant has the same threads and shared memory; its registers
+// differ, which matters only beyond the planner's kDecodeCtasPerSm per SM
+// (head dim 64), and the planner never counts more slots than that.
 Result<DecodeClusterSlots> query_decode_cluster_slots(const AttentionDims& dims);
 
 // Device memory a plan needs, owned by the caller and sized once for the
