@@ -59,6 +59,10 @@ struct Case {
   int batch;
   int cached_len;
   int num_new;
+  // A chunk cases's extra sequence, first in the batch (lead_new > 0): a long
+  // chunk beside the batch's short ones (--chunk-shape BxN@C+N2@C2).
+  int lead_cached = 0;
+  int lead_new = 0;
 };
 
 const std::vector<Case>& all_cases() {
@@ -100,8 +104,13 @@ void fill_random(cuda::DeviceBuffer& buffer, std::uint64_t seed, DType dtype, cu
 HybridBatch make_batch(const Case& c, int slot_offset = 0) {
   HybridBatch batch;
   int offset = 0;
+  int slot = slot_offset;
+  if (c.lead_new > 0) {
+    batch.prefills.push_back({slot++, c.lead_cached, c.lead_new, offset});
+    offset += c.lead_new;
+  }
   for (int i = 0; i < c.batch; ++i) {
-    BatchSequence s{i + slot_offset, c.cached_len, c.num_new, offset};
+    BatchSequence s{slot++, c.cached_len, c.num_new, offset};
     offset += c.num_new;
     if (c.decode) {
       batch.decodes.push_back(s);
@@ -115,17 +124,21 @@ HybridBatch make_batch(const Case& c, int slot_offset = 0) {
 
 // 4 * head_dim * q_heads per (query, attended key) pair: Q K^T and P V.
 double attention_flops(const Case& c, const AttentionDims& d) {
-  double pairs = 0;
+  double pairs = 0, lead_pairs = 0;
   for (int i = 0; i < c.num_new; ++i) pairs += c.cached_len + i + 1;
-  return 4.0 * d.head_dim * d.num_q_heads * pairs * c.batch;
+  for (int i = 0; i < c.lead_new; ++i) lead_pairs += c.lead_cached + i + 1;
+  return 4.0 * d.head_dim * d.num_q_heads * (pairs * c.batch + lead_pairs);
 }
 
 // Unique bytes moved: K and V of every context once, Q read and O written.
 double attention_bytes(const Case& c, const AttentionDims& d) {
-  const double ctx = c.cached_len + c.num_new;
-  const double kv = 2.0 * ctx * d.num_kv_heads * d.head_dim * dtype_size(d.dtype);
-  const double qo = 2.0 * c.num_new * d.num_q_heads * d.head_dim * dtype_size(d.dtype);
-  return (kv + qo) * c.batch;
+  auto seq_bytes = [&](double cached, double num_new) {
+    const double kv = 2.0 * (cached + num_new) * d.num_kv_heads * d.head_dim * dtype_size(d.dtype);
+    const double qo = 2.0 * num_new * d.num_q_heads * d.head_dim * dtype_size(d.dtype);
+    return kv + qo;
+  };
+  return seq_bytes(c.cached_len, c.num_new) * c.batch +
+         (c.lead_new > 0 ? seq_bytes(c.lead_cached, c.lead_new) : 0.0);
 }
 
 struct Timing {
@@ -244,8 +257,8 @@ std::string decode_kernel_name(const attention::AttentionPlan& plan) {
 Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int sm_count,
                 std::size_t l2_bytes, cudaStream_t stream, std::vector<Row>& rows) {
   const HybridBatch batch = make_batch(c);
-  const int ctx = c.cached_len + c.num_new;
-  const int slots = c.batch;
+  const int ctx = std::max(c.cached_len + c.num_new, c.lead_cached + c.lead_new);
+  const int slots = c.batch + (c.lead_new > 0 ? 1 : 0);
   const int tokens = batch.num_tokens();
   const float scale = 1.f / std::sqrt(static_cast<float>(dims.head_dim));
   const double flops = attention_flops(c, dims);
@@ -317,6 +330,8 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   fill_case.decode = false;
   fill_case.cached_len = 0;
   fill_case.num_new = ctx;
+  fill_case.lead_cached = 0;
+  fill_case.lead_new = c.lead_new > 0 ? ctx : 0;
   const HybridBatch fill_batch = make_batch(fill_case);
   VPOD_ASSIGN_OR_RETURN(AttentionPlan fill_plan,
                         AttentionPlan::create(fill_batch, dims, {sm_count, 0, 0}));
@@ -499,7 +514,7 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
 
   // ---- fi_fa3: FlashInfer's FA3 single prefill on the per-layer cache (one
   // request; compiled in with -DVPOD_BENCH_PEERS=ON), the contiguous peer.
-  if (!c.decode && c.batch == 1 && wants("fi_fa3")) {
+  if (!c.decode && c.batch == 1 && c.lead_new == 0 && wants("fi_fa3")) {
     auto fa3 = [&](int s) {
       peers::SinglePrefillArgs a;
       a.dtype = dims.dtype;
@@ -688,16 +703,25 @@ int run(const Args& args) {
     cases.push_back({fmt::format("prefill {}", n), false, 1, 0, n});
   }
   for (const std::string& shape : args.chunk_shapes) {
-    int batch = 0, num_new = 0, cached = 0;
-    char x = 0, at = 0;
-    if (std::sscanf(shape.c_str(), "%d%c%d%c%d", &batch, &x, &num_new, &at, &cached) != 5 ||
-        x != 'x' || at != '@' || batch < 1 || num_new < 1 || cached < 0) {
-      fmt::print(stderr, "vpod bench attention: --chunk-shape {}: expected BATCHxNEW@CACHED\n",
+    int batch = 0, num_new = 0, cached = 0, lead_new = 0, lead_cached = 0, used = 0;
+    const int fields = std::sscanf(shape.c_str(), "%dx%d@%d%n+%d@%d%n", &batch, &num_new, &cached,
+                                   &used, &lead_new, &lead_cached, &used);
+    if ((fields != 3 && fields != 5) || used != static_cast<int>(shape.size()) || batch < 1 ||
+        num_new < 1 || cached < 0 || (fields == 5 && (lead_new < 1 || lead_cached < 0))) {
+      fmt::print(stderr,
+                 "vpod bench attention: --chunk-shape {}: expected BATCHxNEW@CACHED or "
+                 "BATCHxNEW@CACHED+NEW@CACHED\n",
                  shape);
       return 2;
     }
-    cases.push_back({fmt::format("chunk {}x{} @{}", batch, num_new, cached + num_new), false, batch,
-                     cached, num_new});
+    Case c{fmt::format("chunk {}x{} @{}", batch, num_new, cached + num_new), false, batch, cached,
+           num_new};
+    if (fields == 5) {
+      c.name += fmt::format(" + {} @{}", lead_new, lead_cached + lead_new);
+      c.lead_cached = lead_cached;
+      c.lead_new = lead_new;
+    }
+    cases.push_back(c);
   }
   std::vector<Row> rows;
   bool all_valid = true;
@@ -750,7 +774,9 @@ int run(const Args& args) {
                                {"decode", c.decode},
                                {"batch", c.batch},
                                {"cached_len", c.cached_len},
-                               {"num_new", c.num_new}});
+                               {"num_new", c.num_new},
+                               {"lead_cached", c.lead_cached},
+                               {"lead_new", c.lead_new}});
     }
     for (const Row& r : rows) {
       out["results"].push_back({{"case", r.case_name},
@@ -843,7 +869,9 @@ void add_attention_bench(CLI::App& bench) {
                   "fixed ones");
   cmd->add_option("--chunk-shape", args->chunk_shapes,
                   "extra chunk cases BATCHxNEW@CACHED: BATCH sequences each adding NEW query "
-                  "tokens over CACHED cached ones (e.g. 32x16@8192, a conversation's next turn)");
+                  "tokens over CACHED cached ones (e.g. 32x16@8192, a conversation's next turn); "
+                  "+NEW@CACHED adds one more sequence first (16x16@8192+2048@0: turns beside a "
+                  "long chunk)");
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {

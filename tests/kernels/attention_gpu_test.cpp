@@ -700,6 +700,22 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        make_batch({{12000, 16}, {40, 3}}, {}),
        0,
        "ws packed g8 planned splits"},
+      // Packing per item: short turns beside chunks too long to pack.
+      {{32, 8, 128, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{0, 1500}, {8000, 16}, {300, 32}, {5000, 3}}, {}),
+       0,
+       "ws mixed g4"},
+      {{20, 4, 128, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{2000, 700}, {6000, 25}, {0, 1}}, {}),
+       3,
+       "ws mixed g5 splits"},
+      {{14, 2, 64, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{100, 18}, {0, 300}, {4000, 9}}, {}),
+       0,
+       "ws mixed g7 d64"},
   };
   for (const Case& c : cases) {
     HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
@@ -725,13 +741,21 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
                                                      to_float(c.dims.dtype, out_tile[i])));
     }
     EXPECT_LE(max_diff, 2 * std::max(cw.bound(), ct.bound())) << c.label;
-    const int pack = AttentionPlan::create(c.batch, c.dims, ws).value().prefill_pack();
+    const AttentionPlan plan = AttentionPlan::create(c.batch, c.dims, ws).value();
+    const int items = static_cast<int>(plan.prefill_items().size());
     if (std::string_view(c.label).starts_with("ws packed")) {
+      ASSERT_EQ(plan.prefill_pack(), c.dims.group_size()) << c.label << ": the case must pack";
+    } else if (std::string_view(c.label).starts_with("ws mixed")) {
+      ASSERT_TRUE(plan.prefill_pack_mixed()) << c.label << ": the case must pack some items";
+      ASSERT_LT(plan.prefill_packed_items(), items) << c.label << ": ... but not all";
+    } else {
+      EXPECT_EQ(plan.prefill_pack(), 1) << c.label;
+    }
+    if (plan.prefill_packed_items() > 0) {
       // Packed tiles run every row's arithmetic as one-head tiles do: same
       // bits for the same plan. (The planner splits a packed plan's keys
       // further, fewer CTAs filling the GPU, so planned splits differ: both
-      // runs force the same.)
-      ASSERT_EQ(pack, c.dims.group_size()) << c.label << ": the case must pack";
+      // runs force the same.) The short chunks of the sweep batch pack too.
       PlanOptions packed = ws;
       packed.prefill_splits = c.splits > 0 ? c.splits : 2;
       PlanOptions unpacked = packed;
@@ -740,8 +764,6 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
       const auto out_packed = gpu_packed.step(c.batch, in, packed, scale);
       const auto out_unpacked = gpu_unpacked.step(c.batch, in, unpacked, scale);
       EXPECT_EQ(out_packed, out_unpacked) << c.label << ": packed and one-head tiles differ";
-    } else {
-      EXPECT_EQ(pack, 1) << c.label;
     }
   }
 }

@@ -3,6 +3,7 @@
 // attention_gpu_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -166,16 +167,16 @@ void expect_plan_covers_batch(const AttentionPlan& plan, const HybridBatch& batc
 
 TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
   std::mt19937_64 rng(42);
-  int packed_trials = 0;
+  int packed_trials = 0, mixed_trials = 0;
   for (int trial = 0; trial < 60; ++trial) {
     std::vector<testing::SeqSpec> prefills;
     std::vector<int> decodes;
     const int num_prefills = std::uniform_int_distribution<int>(0, 3)(rng);
     const int num_decodes = std::uniform_int_distribution<int>(0, 40)(rng);
     // Every fourth trial short chunks only (conversation turns), where the
-    // group may be packed.
-    const int max_new = trial % 4 == 3 ? 40 : 3000;
+    // group may be packed; every other fourth short chunks beside long ones.
     for (int i = 0; i < num_prefills; ++i) {
+      const int max_new = trial % 4 == 3 || (trial % 4 == 1 && i % 2 == 1) ? 40 : 3000;
       prefills.push_back({std::uniform_int_distribution<int>(0, 20000)(rng),
                           std::uniform_int_distribution<int>(1, max_new)(rng)});
     }
@@ -195,18 +196,28 @@ TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
     for (std::size_t i = 1; i < plan->prefill_items().size(); ++i) {
       EXPECT_GE(plan->prefill_items()[i - 1].cost, plan->prefill_items()[i].cost);
     }
-    // GQA packing exactly when every item's tokens fit a tile for the whole group.
-    int max_rows = 0;
+    // GQA packing exactly for the items whose tokens fit a tile for the
+    // whole group; prefill_pack() when every item does. The warp-specialized
+    // walk gives each item its tiles in list order.
+    int packed = 0, next_tile = 0;
     for (const PrefillWorkItem& item : plan->prefill_items()) {
-      max_rows = std::max(
-          max_rows, std::min(kPrefillBlockM, batch.prefills[item.seq].num_new - item.q_begin));
+      const int rows = std::min(kPrefillBlockM, batch.prefills[item.seq].num_new - item.q_begin);
+      const bool packs = dims.group_size() > 1 && rows * dims.group_size() <= kPrefillBlockM;
+      EXPECT_EQ(item.pack, packs ? dims.group_size() : 1) << "trial " << trial;
+      EXPECT_EQ(item.ws_tile, next_tile) << "trial " << trial;
+      next_tile += packs ? dims.num_kv_heads : dims.num_q_heads;
+      packed += packs ? 1 : 0;
     }
-    const bool packable = !plan->prefill_items().empty() && dims.group_size() > 1 &&
-                          max_rows * dims.group_size() <= kPrefillBlockM;
-    EXPECT_EQ(plan->prefill_pack(), packable ? dims.group_size() : 1) << "trial " << trial;
-    packed_trials += packable;
+    const int items = static_cast<int>(plan->prefill_items().size());
+    EXPECT_EQ(plan->prefill_packed_items(), packed) << "trial " << trial;
+    EXPECT_EQ(plan->ws_tiles(), next_tile) << "trial " << trial;
+    EXPECT_EQ(plan->prefill_pack(), items > 0 && packed == items ? dims.group_size() : 1)
+        << "trial " << trial;
+    packed_trials += items > 0 && packed == items;
+    mixed_trials += packed > 0 && packed < items;
   }
   EXPECT_GT(packed_trials, 0) << "no trial exercised packing";
+  EXPECT_GT(mixed_trials, 0) << "no trial mixed packed and one-head tiles";
 }
 
 TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
@@ -444,6 +455,48 @@ TEST(AttentionPlanTest, PacksTheGroupsOfShortChunks) {
   expect_plan_covers_batch(packed_plan, one);
 }
 
+// Short turns beside a long chunk: each turn's tile packs on its own
+// (PrefillWorkItem::pack), the long chunk's tiles stay one head per tile, and
+// the warp-specialized walk gives a packed item num_kv_heads tiles. The split
+// estimate counts the packed items' fewer CTAs: a few turns over a long
+// context beside a short chunk get split where one-head tiles would not be.
+TEST(AttentionPlanTest, PacksShortTurnsBesideALongChunk) {
+  const HybridBatch mixed = make_batch({{0, 2048}, {8176, 16}, {8170, 22}, {300, 40}}, {64});
+  const AttentionPlan plan = AttentionPlan::create(mixed, llama_dims(), h200()).value();
+  EXPECT_EQ(plan.prefill_pack(), 1);
+  EXPECT_EQ(plan.prefill_packed_items(), 2);  // 16 and 22 tokens; 40 x 4 > 128 rows
+  EXPECT_EQ(plan.ws_tiles(), (16 + 1) * 32 + 2 * 8);
+  EXPECT_TRUE(plan.prefill_pack_mixed());
+  for (const PrefillWorkItem& item : plan.prefill_items()) {
+    EXPECT_EQ(item.pack, item.seq == 1 || item.seq == 2 ? 4 : 1) << "seq " << item.seq;
+  }
+  expect_plan_covers_batch(plan, mixed);
+
+  // Two 16-token turns over 16K beside a 256-token prompt: 2 x 32 + 2 x 32
+  // one-head CTAs, or 2 x 8 packed + 2 x 32: the packed plan splits the
+  // turns' long keys to fill the GPU.
+  const HybridBatch turns = make_batch({{16368, 16}, {16368, 16}, {0, 256}}, {});
+  PlanOptions unpacked = h200();
+  unpacked.kernels.ws_gqa_pack = false;
+  const AttentionPlan packed_plan = AttentionPlan::create(turns, llama_dims(), h200()).value();
+  const AttentionPlan unpacked_plan = AttentionPlan::create(turns, llama_dims(), unpacked).value();
+  EXPECT_EQ(packed_plan.prefill_packed_items(),
+            static_cast<int>(std::count_if(packed_plan.prefill_items().begin(),
+                                           packed_plan.prefill_items().end(),
+                                           [](const auto& i) { return i.pack == 4; })));
+  EXPECT_GT(packed_plan.prefill_items().size(), unpacked_plan.prefill_items().size());
+  expect_plan_covers_batch(packed_plan, turns);
+
+  // A chunk over a long context whose last tile is 16 rows: that item packs,
+  // but the items cost alike and packing saves under an eighth of the work,
+  // so the kernel keeps its uniform (head-major) walk.
+  const AttentionPlan tail =
+      AttentionPlan::create(make_batch({{14336, 2064}}, {}), llama_dims(), h200()).value();
+  EXPECT_EQ(tail.prefill_packed_items(), 1);
+  EXPECT_TRUE(tail.prefill_items_cost_alike());
+  EXPECT_FALSE(tail.prefill_pack_mixed());
+}
+
 // A cluster launch only gets the slots whole clusters fit in (a cluster's CTAs
 // share a GPC). On the H200 (head dim 128) clusters of 8 fill 240 of the 264
 // slots, so 4 x 16K on the tile kernel, 32 (decode, KV head) units, must not
@@ -626,7 +679,7 @@ TEST(AttentionPlanTest, DefaultPlansArePinned) {
        128,
        0x3c5d5c13d2fdd983ull},
       {"256 decodes @2048", {}, 256, 2048, DecodeKernel::tile, 0, 0, 0, 256, 0x802d9174fe286983ull},
-      {"prefill 4096", {{0, 4096}}, 0, 0, DecodeKernel::tile, 0, 0, 32, 0, 0x8a237a8f09807ad3ull},
+      {"prefill 4096", {{0, 4096}}, 0, 0, DecodeKernel::tile, 0, 0, 32, 0, 0x4bf3fd12c8346cc3ull},
       {"chunk 1024 @8192",
        {{7168, 1024}},
        0,
@@ -636,7 +689,7 @@ TEST(AttentionPlanTest, DefaultPlansArePinned) {
        0,
        8,
        0,
-       0x21f729b2b1a5a43full},
+       0x29efeb4eb40532ffull},
       {"chunk 2048 @16384",
        {{14336, 2048}},
        0,
@@ -646,7 +699,7 @@ TEST(AttentionPlanTest, DefaultPlansArePinned) {
        0,
        16,
        0,
-       0x4910ef494f43cb14ull},
+       0x366d9df5123638cull},
       {"chunk 128 @16384",
        {{16256, 128}},
        0,
@@ -656,7 +709,7 @@ TEST(AttentionPlanTest, DefaultPlansArePinned) {
        1024,
        8,
        0,
-       0x8dd245f70c0315bbull},
+       0xeb45b6c6d9464003ull},
       {"2048@6144 + 32@8192",
        {{6144, 2048}},
        32,
@@ -666,7 +719,7 @@ TEST(AttentionPlanTest, DefaultPlansArePinned) {
        0,
        16,
        32,
-       0x94a39b4a262ca63bull},
+       0xc00ff56af7113e33ull},
   };
   for (const Pinned& c : cases) {
     const HybridBatch batch = make_batch(c.prefills, std::vector<int>(c.num_decodes, c.decode_ctx));

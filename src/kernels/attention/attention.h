@@ -202,6 +202,15 @@ class AttentionPlan {
   // KernelOptions::ws_gqa_pack allows; the other prefill kernels run the same
   // items one query head per tile.
   int prefill_pack() const { return prefill_pack_; }
+  // Items whose tile packs (PrefillWorkItem::pack > 1).
+  int prefill_packed_items() const { return prefill_packed_items_; }
+  // Whether the warp-specialized kernel packs per item (AttentionParams::
+  // ws_mixed): some items pack but not all, and that saves at least an
+  // eighth of the tiles' work or the items do not cost alike (else the
+  // uniform head-major walk, one head per tile, wins). Its walk then has
+  // ws_tiles() tiles: num_kv_heads per packed item, num_q_heads per other.
+  bool prefill_pack_mixed() const { return prefill_pack_mixed_; }
+  int ws_tiles() const { return ws_tiles_; }
   const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }
   const std::vector<CombineItem>& prefill_combines() const { return prefill_combines_; }
   const std::vector<CombineItem>& decode_combines() const { return decode_combines_; }
@@ -265,6 +274,9 @@ class AttentionPlan {
   std::vector<TokenSlot> token_slots_;
   int partial_rows_ = 0;
   int prefill_pack_ = 1;
+  int prefill_packed_items_ = 0;
+  bool prefill_pack_mixed_ = false;
+  int ws_tiles_ = 0;
   DecodeKernel decode_kernel_ = DecodeKernel::tile;
   int decode_cluster_size_ = 0;
   PlanLayout layout_;

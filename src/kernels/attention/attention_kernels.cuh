@@ -148,9 +148,7 @@ Status launch_prefill_ws(const AttentionParams& params, cudaStream_t stream) {
   VPOD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), StatusCode::internal);
   VPOD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                             StatusCode::internal);
-  const long tiles = static_cast<long>(params.num_prefill_items) *
-                     (params.ws_pack > 1 ? params.num_kv_heads : params.num_q_heads);
-  const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sms));
+  const unsigned grid = static_cast<unsigned>(std::min(params.ws_num_tiles, sms));
   kernel<<<grid, PrefillWsTile<T, kHeadDim>::kThreads, kSmem, stream>>>(params);
   VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
   return Status();

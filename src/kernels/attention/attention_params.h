@@ -52,6 +52,15 @@ struct PrefillWorkItem {
   std::int32_t split;        // index of this KV split (0 when unsplit)
   std::int32_t num_splits;   // KV splits of this tile
   std::int32_t cost;         // key blocks to process (planner's estimate)
+  // GQA packing (the warp-specialized kernel only; the other prefill kernels
+  // run every item one query head per tile): `pack` is the group size when
+  // the tile has at most kPrefillBlockM / group rows, so one tile can hold a
+  // KV head's whole group, else 1. `ws_tile`: the item's first tile in that
+  // kernel's walk when it packs per item (AttentionParams::ws_mixed), the sum
+  // of the tiles of the items before it (num_kv_heads per packed item,
+  // num_q_heads per other).
+  std::int32_t pack = 1;
+  std::int32_t ws_tile = 0;
 };
 
 // One decode CTA per (item, KV head, head chunk), or per (item, group of
@@ -163,6 +172,9 @@ struct AttentionParams {
   // kernel, prefill_ws.cuh); valid only when that kernel runs.
   TensorMapBytes q_tma;
   std::int32_t q_tma_valid = 0;
+  // With ws_mixed: q_tma holds one-head boxes (ws_pack 1) and q_tma_packed
+  // boxes of group_size heads, for the packed items.
+  TensorMapBytes q_tma_packed;
   // The warp-specialized kernel walks its tiles head-major (every item of a
   // query head, then the next head); 0: item-major (the launcher decides).
   std::int32_t ws_head_major = 0;
@@ -171,6 +183,11 @@ struct AttentionParams {
   // = (token r / ws_pack, head r % ws_pack), for plans whose items all have
   // at most kPrefillBlockM / group_size query rows (AttentionPlan::prefill_pack).
   std::int32_t ws_pack = 1;
+  // 1: packing per item instead (PrefillWorkItem::pack and ::ws_tile: a step
+  // with short chunks beside long ones); ws_pack and ws_head_major are then
+  // unused and the walk has ws_num_tiles tiles.
+  std::int32_t ws_mixed = 0;
+  std::int32_t ws_num_tiles = 0;
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;          // num_q_heads / num_kv_heads

@@ -206,6 +206,9 @@ void AttentionPlan::clear() {
   token_slots_.clear();
   partial_rows_ = 0;
   prefill_pack_ = 1;
+  prefill_packed_items_ = 0;
+  prefill_pack_mixed_ = false;
+  ws_tiles_ = 0;
   decode_kernel_ = DecodeKernel::tile;
   decode_cluster_size_ = 0;
   layout_ = PlanLayout{};
@@ -258,20 +261,23 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
       tiles.push_back({i, q, rows, kv_end, ceil_div(kv_end, kPrefillBlockN)});
     }
   }
-  // GQA packing (prefill_pack): every tile short enough for a KV head's
-  // whole group of query heads. The warp-specialized kernel then runs one CTA
-  // per (tile, KV head), each costing what a one-head CTA costs.
+  // GQA packing: a tile short enough for a KV head's whole group of query
+  // heads packs (PrefillWorkItem::pack). The warp-specialized kernel then runs
+  // one CTA per (packed tile, KV head), each costing what a one-head CTA
+  // costs; prefill_pack() says whether every tile packs.
   const int group = dims.group_size();
-  bool packable = group > 1 && !tiles.empty();
-  for (const Tile& t : tiles) packable = packable && t.rows * group <= kPrefillBlockM;
-  plan.prefill_pack_ = packable ? group : 1;
+  auto packs = [&](const Tile& t) { return group > 1 && t.rows * group <= kPrefillBlockM; };
+  int packed_tiles = 0;
+  for (const Tile& t : tiles) packed_tiles += packs(t) ? 1 : 0;
+  plan.prefill_pack_ = !tiles.empty() && packed_tiles == static_cast<int>(tiles.size()) ? group : 1;
   const KernelOptions& kernels = options.kernels;
-  const int tile_ctas =
-      packable && kernels.wgmma_prefill && kernels.ws_prefill && kernels.ws_gqa_pack
-          ? dims.num_kv_heads
-          : dims.num_q_heads;
+  const bool kernel_packs = kernels.wgmma_prefill && kernels.ws_prefill && kernels.ws_gqa_pack;
+  auto tile_ctas = [&](const Tile& t) {
+    return kernel_packs && packs(t) ? dims.num_kv_heads : dims.num_q_heads;
+  };
   const int prefill_slots = options.num_sms * kPrefillCtasPerSm;
-  const long long base_ctas = static_cast<long long>(tiles.size()) * tile_ctas;
+  long long base_ctas = 0;
+  for (const Tile& t : tiles) base_ctas += tile_ctas(t);
   auto tile_splits = [&](const Tile& t, int target) {
     int splits = target;
     if (options.prefill_splits == 0) {
@@ -298,9 +304,10 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
           partial_bytes += 2.0 * splits * t.rows * dims.num_q_heads * (dims.head_dim + 1) * 4.0;
         }
         const int per = ceil_div(t.blocks, splits);
+        const int ctas = tile_ctas(t);
         for (int j = 0; j < splits; ++j) {
           const int b = std::min(per, t.blocks - j * per);
-          for (int h = 0; h < tile_ctas; ++h) costs.push_back(b + kPrefillCtaOverheadBlocks);
+          for (int h = 0; h < ctas; ++h) costs.push_back(b + kPrefillCtaOverheadBlocks);
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
@@ -330,9 +337,9 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
     for (int j = 0; j < splits; ++j) {
       const int kv_begin = j * per_split * kPrefillBlockN;
       const int kv_end = std::min((j + 1) * per_split * kPrefillBlockN, t.kv_end);
-      plan.prefill_items_.push_back({t.seq, t.q_begin, kv_begin, kv_end,
-                                     splits > 1 ? partial_base + j * t.rows : -1, j, splits,
-                                     ceil_div(kv_end - kv_begin, kPrefillBlockN)});
+      plan.prefill_items_.push_back(
+          {t.seq, t.q_begin, kv_begin, kv_end, splits > 1 ? partial_base + j * t.rows : -1, j,
+           splits, ceil_div(kv_end - kv_begin, kPrefillBlockN), packs(t) ? group : 1, 0});
     }
   }
   // Longest first: the causal tiles near the end of a long prompt start in the
@@ -340,6 +347,27 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   stable_sort_with(
       plan.prefill_items_, scratch.prefill_items,
       [](const PrefillWorkItem& a, const PrefillWorkItem& b) { return a.cost > b.cost; });
+  // The warp-specialized kernel's walk when it packs per item.
+  plan.prefill_packed_items_ = 0;
+  plan.ws_tiles_ = 0;
+  double all_work = 0,
+         packed_saves = 0;  // key blocks x CTAs of one-head tiles, and packing's saving
+  for (PrefillWorkItem& item : plan.prefill_items_) {
+    item.ws_tile = plan.ws_tiles_;
+    plan.ws_tiles_ += item.pack > 1 ? dims.num_kv_heads : dims.num_q_heads;
+    plan.prefill_packed_items_ += item.pack > 1 ? 1 : 0;
+    all_work += static_cast<double>(item.cost) * dims.num_q_heads;
+    if (item.pack > 1)
+      packed_saves += static_cast<double>(item.cost) * (dims.num_q_heads - dims.num_kv_heads);
+  }
+  // Per item only where it pays: chunks over a long context whose only short
+  // item is a chunk's last few rows keep the uniform walk, head-major (it
+  // streams each KV head's keys together, docs/attention.md), unless packing
+  // saves at least an eighth of the work.
+  const int num_items = static_cast<int>(plan.prefill_items_.size());
+  plan.prefill_pack_mixed_ = plan.prefill_packed_items_ > 0 &&
+                             plan.prefill_packed_items_ < num_items &&
+                             (!plan.prefill_items_cost_alike() || 8.0 * packed_saves >= all_work);
 
   // ---- Decode: split every context into chunks of `chunk` key blocks. The
   // chunk is the one with the smallest estimated makespan of the decode grid

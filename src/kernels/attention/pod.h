@@ -150,7 +150,8 @@ class PodPlan {
   struct Scratch {
     std::vector<int> tile_blocks, tile_rows, decode_blocks;  // the batch, in key blocks
     std::vector<int> decode_candidates;                      // decode split counts to try
-    std::vector<double> prefill_pieces, prefill_costs, decode_work;
+    std::vector<std::pair<double, int>> prefill_pieces;      // (cost, CTA groups)
+    std::vector<double> prefill_costs, decode_work;
     std::vector<int> decode_pieces, decode_tile_blocks;
     std::vector<unsigned> tickets;                                  // per SM
     std::vector<std::pair<double, int>> prefill_heap, decode_heap;  // simulation events

@@ -194,7 +194,10 @@ struct Estimate {
 struct Model {
   bool wgmma_prefill = false;
   bool ws_prefill = false;  // the serial prefill is the warp-specialized kernel
-  bool even = false;        // the ratio policy
+  // ... and packs the query heads of a KV head into one tile for the tiles
+  // short enough (AttentionPlan's rule): one CTA per KV head there.
+  bool ws_pack = false;
+  bool even = false;  // the ratio policy
   int num_sms = 0, ctas_per_sm = 0;
   // CTAs simulated in groups of this many identical ones (the heads of one
   // KV piece) on num_sms / group SMs: the same schedule at a fraction of the
@@ -224,17 +227,23 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   // Costs are sorted per KV piece, then expanded to the piece's CTAs (all of
   // a piece's heads cost the same): sorting every CTA was most of the
   // planning time.
-  std::vector<double>& prefill_pieces = scratch.prefill_pieces;
+  // Pieces as (cost, CTA groups): num_q_heads / group, or num_kv_heads / group
+  // for a packed tile of the serial warp-specialized kernel.
+  std::vector<std::pair<double, int>>& prefill_pieces = scratch.prefill_pieces;
   std::vector<double>& prefill_costs = scratch.prefill_costs;
   prefill_pieces.clear();
   prefill_costs.clear();
+  const int group = model.group;
+  const bool packing = kinds == Kinds::prefill_only && model.ws_pack;
   double partial_bytes = 0;
   bool combine_launch = false;  // prefill splits, or decode splits on virtual tiles
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
   const std::size_t num_tiles = with_prefill ? scratch.tile_blocks.size() : 0;
   for (std::size_t t = 0; t < num_tiles; ++t) {
+    const bool packed = packing && scratch.tile_rows[t] * dims.group_size() <= kPrefillBlockM;
+    const int copies = (packed ? dims.num_kv_heads : dims.num_q_heads) / group;
     const int count = for_each_piece(scratch.tile_blocks[t], prefill_splits, [&](int b) {
-      prefill_pieces.push_back((b + 1) * prefill_block);
+      prefill_pieces.emplace_back((b + 1) * prefill_block, copies);
     });
     if (count > 1) {
       partial_bytes += 2.0 * count * scratch.tile_rows[t] * row_bytes;
@@ -242,11 +251,13 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
     }
   }
   // Plan order: longest first within each kind (AttentionPlan sorts its items so).
-  std::sort(prefill_pieces.begin(), prefill_pieces.end(), std::greater<double>());
-  const int group = model.group;
-  const int prefill_copies = dims.num_q_heads / group;
-  for (double c : prefill_pieces) prefill_costs.insert(prefill_costs.end(), prefill_copies, c);
-  e.prefill_ctas = static_cast<int>(prefill_pieces.size()) * dims.num_q_heads;
+  std::sort(prefill_pieces.begin(), prefill_pieces.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  e.prefill_ctas = 0;
+  for (const auto& [c, copies] : prefill_pieces) {
+    prefill_costs.insert(prefill_costs.end(), copies, c);
+    e.prefill_ctas += copies * group;
+  }
   const int max_decode_blocks = with_decode ? shape.max_decode_blocks : 0;
   const int chunk = std::max(1, ceil_div(max_decode_blocks, std::max(decode_splits, 1)));
   // Decode tiles in plan order (longest piece first, the heads of a piece
@@ -447,13 +458,15 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   // choice.
   Model model;
   model.wgmma_prefill = dev.wgmma_prefill;
-  model.ws_prefill = dev.ws_prefill && options.kernels.ws_prefill && options.kernels.tma;
+  model.ws_prefill = dev.ws_prefill && options.kernels.wgmma_prefill &&
+                     options.kernels.ws_prefill && options.kernels.tma;
+  model.ws_pack = model.ws_prefill && options.kernels.ws_gqa_pack && dims.group_size() > 1;
   model.even = options.ratio == PodRatio::even;
   model.num_sms = dev.num_sms;
   model.ctas_per_sm = ctas_per_sm;
   for (int g : {8, 4, 2}) {
     if (virtual_decode == 1 && dev.num_sms % g == 0 && dims.num_q_heads % g == 0 &&
-        tiles_per_decode % g == 0) {
+        tiles_per_decode % g == 0 && (!model.ws_pack || dims.num_kv_heads % g == 0)) {
       model.group = g;
       break;
     }

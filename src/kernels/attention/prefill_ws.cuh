@@ -23,14 +23,17 @@
 // the split's end; blocks entirely above the diagonal are never visited
 // (kv_end is clipped by the planner).
 //
-// GQA packing (AttentionParams::ws_pack = group size, when every work item has
-// at most 128 / group query rows: short chunks, such as a conversation's next
-// turn over its cached context): a tile holds the item's tokens for all the
-// query heads of one KV head, row r = (token r / group, head r % group), Q
-// loaded as one box of group heads x 128 / group tokens. One CTA then reads
-// each K/V block once for the group instead of once per query head. The
-// rows' arithmetic is unchanged (a row never meets another), so packed and
-// one-head tiles give the same bits.
+// GQA packing (PrefillWorkItem::pack = group size, for a work item of at most
+// 128 / group query rows: a short chunk, such as a conversation's next turn
+// over its cached context): a tile holds the item's tokens for all the query
+// heads of one KV head, row r = (token r / group, head r % group), Q loaded as
+// one box of group heads x 128 / group tokens. One CTA then reads each K/V
+// block once for the group instead of once per query head. The rows'
+// arithmetic is unchanged (a row never meets another), so packed and one-head
+// tiles give the same bits. When every item packs (AttentionParams::ws_pack)
+// the walk is uniform; when only some do (ws_mixed: short turns beside a long
+// chunk) each item has its own tile count and the walk finds a tile's item by
+// its first tile (PrefillWorkItem::ws_tile).
 //
 // K/V come from the virtual KV tensor through the layer's TMA descriptors
 // (boxes of 64 dims x 64 tokens, two per 128-key block per 64-dim column).
@@ -157,13 +160,10 @@ struct PrefillWsTile {
   struct Tile {
     PrefillWorkItem item;
     SequenceDesc seq;
-    int q_head;      // packed (AttentionParams::ws_pack > 1): the KV head's first
+    int q_head;      // packed: the KV head's first
     int num_blocks;  // key blocks of 128 from kv_begin, the last possibly partial
+    int pack;        // query heads per tile row group: 1, or group_size when packed
   };
-  // Tiles per work item: one per query head, or per KV head when packed.
-  static __device__ __forceinline__ int tile_heads(const AttentionParams& p) {
-    return p.ws_pack > 1 ? p.num_kv_heads : p.num_q_heads;
-  }
   // This CTA's tile in round r of the persistent walk: rounds of gridDim.x
   // tiles over the longest-first list, every other round in reverse CTA
   // order (a plain stride would hand CTA 0 the longest tile of every round).
@@ -174,10 +174,31 @@ struct PrefillWsTile {
   }
   static __device__ __forceinline__ Tile tile_at(const AttentionParams& p, int t) {
     Tile tile;
-    const int heads = tile_heads(p);
-    const int item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / heads;
-    tile.q_head = (p.ws_head_major != 0 ? t / p.num_prefill_items : t % heads) * p.ws_pack;
-    tile.item = p.plan.prefill_items[item];
+    int item, head;
+    if (p.ws_mixed != 0) {
+      // Packing per item: the item whose tiles [ws_tile, next ws_tile) hold t
+      // (binary search; the list is in L1 after the first tiles).
+      int lo = 0, hi = p.num_prefill_items - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldg(&p.plan.prefill_items[mid].ws_tile) <= t) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      item = lo;
+      tile.item = p.plan.prefill_items[item];
+      tile.pack = tile.item.pack;
+      head = t - tile.item.ws_tile;
+    } else {
+      const int heads = p.ws_pack > 1 ? p.num_kv_heads : p.num_q_heads;
+      item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / heads;
+      head = p.ws_head_major != 0 ? t / p.num_prefill_items : t % heads;
+      tile.item = p.plan.prefill_items[item];
+      tile.pack = p.ws_pack;
+    }
+    tile.q_head = head * tile.pack;
     tile.seq = p.plan.prefill_seqs[tile.item.seq];
     tile.num_blocks = (tile.item.kv_end - tile.item.kv_begin + kBlockN - 1) / kBlockN;
     return tile;
@@ -238,9 +259,7 @@ struct PrefillWsTile {
       ws::prefetch_tensor_map(&p.kv_tma.k);
       ws::prefetch_tensor_map(&p.kv_tma.v);
     }
-    const int num_tiles = p.num_prefill_items * tile_heads(p);
-    // A packed Q box holds kBlockM / ws_pack tokens of ws_pack heads.
-    const std::uint32_t q_bytes = kColBlocks * (kBlockM / p.ws_pack) * p.ws_pack * 128;
+    const int num_tiles = p.ws_num_tiles;
     std::uint32_t q_phase = 0;
     ws::RingState<kStages> ring;
     for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
@@ -255,10 +274,14 @@ struct PrefillWsTile {
       // Q: free once both consumers finished the last tile's Q K^T.
       wgmma::mbarrier_wait(sm.q_empty(), q_phase ^ 1u);
       if (lane == 0) {
-        wgmma::mbarrier_expect_tx(sm.q_full(), q_bytes);
+        // A packed Q box holds kBlockM / pack tokens of pack heads (one-head
+        // tiles and packed ones share q_tma unless the walk mixes them).
+        const void* q_map = p.ws_mixed != 0 && tile.pack > 1 ? &p.q_tma_packed : &p.q_tma;
+        wgmma::mbarrier_expect_tx(sm.q_full(),
+                                  kColBlocks * (kBlockM / tile.pack) * tile.pack * 128);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb) {
-          ws::tma_load_3d(sm.q + cb * kBlockM * 128, &p.q_tma, sm.q_full(), cb * 64, tile.q_head,
+          ws::tma_load_3d(sm.q + cb * kBlockM * 128, q_map, sm.q_full(), cb * 64, tile.q_head,
                           tile.seq.token_offset + tile.item.q_begin);
         }
       }
@@ -406,7 +429,7 @@ struct PrefillWsTile {
     const int warp = tid_wg / 32;  // within the warpgroup
     const int lane = tid_wg % 32;
     const int other = 1 - wg;
-    const int num_tiles = p.num_prefill_items * tile_heads(p);
+    const int num_tiles = p.ws_num_tiles;
     // K-major Q and K: LBO unused, SBO = 8 rows of 128 bytes. V: MN-major, the
     // next 64 dims a column block (kBlockN rows) further, the next 8 keys 1024 B.
     const std::uint64_t desc_q = wgmma::make_desc(sm.q + wg * 64 * 128, 16, 1024);
@@ -422,12 +445,12 @@ struct PrefillWsTile {
       // alike (no load, no wait) rather than wait forever.
       if (tile.num_blocks <= 0) continue;
       const int kv_end = tile.item.kv_end;
-      // Tile row r is token r / ws_pack of the item (head r % ws_pack when packed).
+      // Tile row r is token r / pack of the item (head r % pack when packed).
       const int row_base = wg * 64 + warp * 16;  // first tile row of this warp
       const int pos_item = tile.seq.cached_len + tile.item.q_begin;
-      const int pos_warp = pos_item + row_base / p.ws_pack;  // the warp's first row's
-      const int pos_rows[2] = {pos_item + (row_base + lane / 4) / p.ws_pack,
-                               pos_item + (row_base + lane / 4 + 8) / p.ws_pack};
+      const int pos_warp = pos_item + row_base / tile.pack;  // the warp's first row's
+      const int pos_rows[2] = {pos_item + (row_base + lane / 4) / tile.pack,
+                               pos_item + (row_base + lane / 4 + 8) / tile.pack};
       float o[kOAcc];
 #pragma unroll
       for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
@@ -517,7 +540,7 @@ struct PrefillWsTile {
                                                       float (&row_sum)[2], const Smem& sm,
                                                       char* smem, int wg, int warp, int lane,
                                                       int tid_wg) {
-    const int pack = p.ws_pack;  // row r: token r / pack, query head q_head + r % pack
+    const int pack = tile.pack;  // row r: token r / pack, query head q_head + r % pack
     const int num_rows = min(kBlockM / pack, tile.seq.num_new - tile.item.q_begin) * pack;
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_sum[h] = quad_sum(row_sum[h]);
