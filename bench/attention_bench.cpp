@@ -95,7 +95,24 @@ struct Args {
   int min_iters = 20;
   int max_iters = 200;
   double target_ms = 300.0;
+  // > 0: also time per_layer and fi_fa3 head to head in this many rounds,
+  // alternating which goes first (a long run of one kernel heats the GPU
+  // differently from the other's: one pass each moves the ratio by several
+  // percent on these power-bound cases).
+  int ab_rounds = 0;
 };
+
+// The head-to-head of --ab-rounds: per round, each kernel's median time.
+struct AbResult {
+  std::string case_name;
+  std::vector<double> vpod_ms, fa3_ms;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 void fill_random(cuda::DeviceBuffer& buffer, std::uint64_t seed, DType dtype, cudaStream_t stream) {
   fill_random_device(buffer.data(), buffer.bytes() / 2, seed, dtype == DType::bf16, stream);
@@ -255,7 +272,8 @@ std::string decode_kernel_name(const attention::AttentionPlan& plan) {
 }
 
 Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int sm_count,
-                std::size_t l2_bytes, cudaStream_t stream, std::vector<Row>& rows) {
+                std::size_t l2_bytes, cudaStream_t stream, std::vector<Row>& rows,
+                std::vector<AbResult>& ab) {
   const HybridBatch batch = make_batch(c);
   const int ctx = std::max(c.cached_len + c.num_new, c.lead_cached + c.lead_new);
   const int slots = c.batch + (c.lead_new > 0 ? 1 : 0);
@@ -545,6 +563,21 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
       });
       VPOD_RETURN_IF_ERROR(launch_status);
       add_row("fi_fa3", row, t);
+      if (args.ab_rounds > 0 && wants("per_layer")) {
+        AbResult r{c.name, {}, {}};
+        for (int round = 0; round < args.ab_rounds; ++round) {
+          for (int k = 0; k < 2; ++k) {
+            const bool vpod = (k == 0) == (round % 2 == 0);
+            const Timing tk = time_runs(args, sets, stream, [&](int s) {
+              if (!launch_status.ok()) return;
+              launch_status = vpod ? run_attention(per_layer_view, s) : fa3(s);
+            });
+            VPOD_RETURN_IF_ERROR(launch_status);
+            (vpod ? r.vpod_ms : r.fa3_ms).push_back(tk.median_ms);
+          }
+        }
+        ab.push_back(std::move(r));
+      }
     }
   }
 
@@ -724,13 +757,14 @@ int run(const Args& args) {
     cases.push_back(c);
   }
   std::vector<Row> rows;
+  std::vector<AbResult> ab;
   bool all_valid = true;
   const double read_ceiling =
       measure_read_ceiling_tbps(args, prop.multiProcessorCount, stream->get());
   for (const Case& c : cases) {
     if (!args.case_filter.empty() && c.name.find(args.case_filter) == std::string::npos) continue;
     const Status s = run_case(c, args, dims, prop.multiProcessorCount,
-                              static_cast<std::size_t>(prop.l2CacheSize), stream->get(), rows);
+                              static_cast<std::size_t>(prop.l2CacheSize), stream->get(), rows, ab);
     if (!s.ok()) {
       fmt::print(stderr, "vpod bench attention: {}: {}\n", c.name, s.to_string());
       return 1;
@@ -755,6 +789,22 @@ int run(const Args& args) {
         "{:<19} {:<14} {:>9.4f} {:>8.1f} {:>7.2f} {:>5.1f}% {:>5.1f}% {:>8}  {}\n", r.case_name,
         r.layout, r.ms, r.tflops, r.tbps, 100 * r.tflops / kPeakTflops, 100 * r.tbps / kPeakTbps,
         per_layer_ms > 0 && r.ms > 0 ? fmt::format("{:.3f}x", per_layer_ms / r.ms) : "", r.check);
+  }
+  if (!ab.empty()) {
+    fmt::print(
+        "head to head, {} rounds alternating which runs first (medians of the rounds' "
+        "medians; FA3 / vpod > 1: vpod faster)\n",
+        args.ab_rounds);
+    fmt::print("{:<19} {:>9} {:>9} {:>10} {:>17}\n", "case", "vpod ms", "FA3 ms", "FA3/vpod",
+               "rounds min-max");
+  }
+  for (const AbResult& r : ab) {
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < r.vpod_ms.size(); ++i) ratios.push_back(r.fa3_ms[i] / r.vpod_ms[i]);
+    fmt::print("{:<19} {:>9.4f} {:>9.4f} {:>9.3f}x {:>8.3f}-{:.3f}x\n", r.case_name,
+               median_of(r.vpod_ms), median_of(r.fa3_ms), median_of(ratios),
+               *std::min_element(ratios.begin(), ratios.end()),
+               *std::max_element(ratios.begin(), ratios.end()));
   }
   if (!args.json_path.empty()) {
     json out;
@@ -796,6 +846,10 @@ int run(const Args& args) {
                                 {"max_err", r.max_err},
                                 {"bound", r.bound},
                                 {"check", r.check}});
+    }
+    for (const AbResult& r : ab) {
+      out["head_to_head"].push_back(
+          {{"case", r.case_name}, {"vpod_ms", r.vpod_ms}, {"fa3_ms", r.fa3_ms}});
     }
     std::ofstream(args.json_path) << out.dump(2) << "\n";
   }
@@ -872,6 +926,10 @@ void add_attention_bench(CLI::App& bench) {
                   "tokens over CACHED cached ones (e.g. 32x16@8192, a conversation's next turn); "
                   "+NEW@CACHED adds one more sequence first (16x16@8192+2048@0: turns beside a "
                   "long chunk)");
+  cmd->add_option("--ab-rounds", args->ab_rounds,
+                  "also time per_layer against fi_fa3 head to head, this many rounds "
+                  "alternating which goes first")
+      ->capture_default_str();
   cmd->add_option("--min-iters", args->min_iters, "fewest timed runs")->capture_default_str();
   cmd->add_option("--max-iters", args->max_iters, "most timed runs")->capture_default_str();
   cmd->callback([args] {
