@@ -59,7 +59,7 @@ struct Case {
   int batch;
   int cached_len;
   int num_new;
-  // A chunk cases's extra sequence, first in the batch (lead_new > 0): a long
+  // A chunk case's extra sequence, first in the batch (lead_new > 0): a long
   // chunk beside the batch's short ones (--chunk-shape BxN@C+N2@C2).
   int lead_cached = 0;
   int lead_new = 0;
