@@ -207,7 +207,8 @@ class AttentionPlan {
   // Whether the warp-specialized kernel packs per item (AttentionParams::
   // ws_mixed): some items pack but not all, and that saves at least an
   // eighth of the tiles' work or the items do not cost alike (else the
-  // uniform head-major walk, one head per tile, wins). Its walk then has
+  // uniform head-major walk, one head per tile; a judgement, not measured).
+  // Its walk then has
   // ws_tiles() tiles: num_kv_heads per packed item, num_q_heads per other.
   bool prefill_pack_mixed() const { return prefill_pack_mixed_; }
   int ws_tiles() const { return ws_tiles_; }

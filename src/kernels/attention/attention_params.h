@@ -27,6 +27,11 @@ inline constexpr int kPrefillCtasPerSm = 2;
 inline constexpr int kDecodeCtasPerSm = 2;
 // The heads decode kernel: one warp per (KV head, head chunk), 4 per CTA.
 inline constexpr int kDecodeHeadsPerCta = 4;
+// GQA packing: a prefill tile of `rows` query rows can hold a KV head's whole
+// group of query heads (PrefillWorkItem::pack; the planners' shared rule).
+constexpr bool gqa_tile_packs(int rows, int group) {
+  return group > 1 && rows * group <= kPrefillBlockM;
+}
 
 // ---------------------------------------------------------------------------
 // Work lists (built by AttentionPlan, read by the kernels).

@@ -266,7 +266,7 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   // one CTA per (packed tile, KV head), each costing what a one-head CTA
   // costs; prefill_pack() says whether every tile packs.
   const int group = dims.group_size();
-  auto packs = [&](const Tile& t) { return group > 1 && t.rows * group <= kPrefillBlockM; };
+  auto packs = [&](const Tile& t) { return gqa_tile_packs(t.rows, group); };
   int packed_tiles = 0;
   for (const Tile& t : tiles) packed_tiles += packs(t) ? 1 : 0;
   plan.prefill_pack_ = !tiles.empty() && packed_tiles == static_cast<int>(tiles.size()) ? group : 1;
@@ -360,10 +360,11 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
     if (item.pack > 1)
       packed_saves += static_cast<double>(item.cost) * (dims.num_q_heads - dims.num_kv_heads);
   }
-  // Per item only where it pays: chunks over a long context whose only short
-  // item is a chunk's last few rows keep the uniform walk, head-major (it
-  // streams each KV head's keys together, docs/attention.md), unless packing
-  // saves at least an eighth of the work.
+  // Per item only where it should pay: chunks over a long context whose only
+  // short item is a chunk's last few rows keep the uniform walk, head-major
+  // (it streams each KV head's keys together, docs/attention.md), unless
+  // packing saves at least an eighth of the work. The eighth is a judgement:
+  // the two walks were not timed against each other on such a step.
   const int num_items = static_cast<int>(plan.prefill_items_.size());
   plan.prefill_pack_mixed_ = plan.prefill_packed_items_ > 0 &&
                              plan.prefill_packed_items_ < num_items &&

@@ -240,7 +240,7 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
   const std::size_t num_tiles = with_prefill ? scratch.tile_blocks.size() : 0;
   for (std::size_t t = 0; t < num_tiles; ++t) {
-    const bool packed = packing && scratch.tile_rows[t] * dims.group_size() <= kPrefillBlockM;
+    const bool packed = packing && gqa_tile_packs(scratch.tile_rows[t], dims.group_size());
     const int copies = (packed ? dims.num_kv_heads : dims.num_q_heads) / group;
     const int count = for_each_piece(scratch.tile_blocks[t], prefill_splits, [&](int b) {
       prefill_pieces.emplace_back((b + 1) * prefill_block, copies);
