@@ -39,6 +39,9 @@ Status check_counters(const PodPlan& plan, const PodCounters& counters, const Po
           fmt::format("POD plan has {} decode tiles per CTA (1 or 2)", virtual_decode));
     }
   }
+  if (trace.data != nullptr && plan.config().kernel == PodKernel::ws) {
+    return invalid_argument("the warp-specialized POD kernel records no trace (plan with tiles)");
+  }
   if (trace.data != nullptr && trace.capacity_ctas < plan.config().grid) {
     return invalid_argument(fmt::format("POD trace holds {} CTAs; the launch has {}",
                                         trace.capacity_ctas, plan.config().grid));

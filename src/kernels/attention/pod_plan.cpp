@@ -57,12 +57,13 @@ constexpr double kFluidCtaBlocksPerUs128 = 0.85;
 constexpr double kSplitGain = 0.015;
 // The other ratio policy is taken for at least this estimated gain.
 constexpr double kRatioSwitchGain = 0.02;
-// The warp-specialized POD kernel (pod_ws.cuh): a decode SM runs three
-// 4-warp decode tiles, each at most this many 64-key blocks per us (the
-// fluid model's per-CTA cap, calibrated in docs/pod.md); its prefill SMs run
-// the warp-specialized prefill (kWsPrefillSpeedup).
-constexpr int kWsDecodeTilesPerSm = 3;
-constexpr double kWsDecodeTileBlocksPerUs128 = 0.85;
+// The warp-specialized POD kernel (pod_ws.cuh): a decode SM runs one deep
+// decode tile, at most this many 64-key blocks (32 KB at head_dim 128) per us
+// (the deep kernel alone on 8-64 SMs, H200 2026-12-03: 61 GB/s per SM;
+// docs/pod.md); its prefill SMs run the warp-specialized prefill
+// (kWsPrefillSpeedup).
+constexpr int kWsDecodeTilesPerSm = 1;
+constexpr double kWsDecodeTileBlocksPerUs128 = 1.85;
 // Decode split candidates stop once the decode CTAs exceed this many waves.
 constexpr long long kFluidMaxDecodeWaves = 4;
 // Beyond this many waves of (grouped) CTAs the simulation gives way to the

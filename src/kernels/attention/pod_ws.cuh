@@ -5,22 +5,23 @@
 //   CTAs [0, prefill_ctas): the warp-specialized prefill's own walk
 //     (PrefillWsTile::run with the walk of these CTAs only): producer warp,
 //     two ping-pong consumer warpgroups, TMA rings, GQA packing, splits.
-//   CTAs [prefill_ctas, grid): decode. Each of the CTA's three warpgroups is
-//     one 4-warp DecodeTile (the decode kernel's main loop, a 2-stage
-//     cp.async ring of its own, its own named barrier) that claims decode
-//     tiles (decode item x KV head x head chunk) one at a time from a global
-//     counter, longest first (the plan's order), until none is left.
+//   CTAs [prefill_ctas, grid): decode. Warpgroup 0 runs the deep decode
+//     kernel's tile (DecodeTile with 6 stages for head_dim 128, 8 for 64:
+//     the decode kernel's main loop, ~160 KB of K/V in flight) and claims
+//     decode tiles (decode item x KV head x head chunk) one at a time from a
+//     global counter, longest first (the plan's order), until none is left;
+//     warpgroups 1 and 2 have nothing to do and leave.
 //
 // Why SMs and not slots of one SM: the warp-specialized CTA needs the SM's
 // whole register file and 194 KB of shared memory (docs/pod.md: 24 + 2 x
 // 200 registers per thread slot of its three warpgroups), so no decode tile
 // can sit beside it. The overlap POD-Attention is after still happens, across
-// SMs of one launch: decode is bound by the SMs' memory requests long before
-// it is bound by HBM (one 4-warp decode CTA per SM streams ~61 GB/s, so ~75
-// SMs are needed to reach 4.5 TB/s; 2026-12-03, docs/pod.md), so the decode
-// SMs give up little bandwidth while the prefill SMs keep the tensor cores
-// busy. The planner (pod_plan.cpp) picks prefill_ctas from its estimates of
-// the two sides.
+// SMs of one launch. An SM's decode bandwidth is bound by the bytes it keeps
+// in flight (its shared memory over the loaded HBM latency): the deep tile
+// streams ~61 GB/s per SM, three 2-stage tiles only ~30 (H200, 2026-12-03,
+// docs/pod.md), so decode needs ~75 SMs to saturate HBM and the prefill SMs
+// keep the tensor cores busy on the rest. The planner (pod_plan.cpp) picks
+// prefill_ctas from its estimates of the two sides.
 //
 // Synchronization: the prefill CTAs use the warp-specialized kernel's
 // barriers (ids 1-4, mbarriers); a decode CTA's warpgroups never meet each
@@ -44,59 +45,58 @@ namespace vpod::attention::device {
 template <typename T, int kHeadDim>
 struct PodWsCta {
   using Prefill = PrefillWsTile<T, kHeadDim>;
-  using Decode = DecodeTile<T, kHeadDim, /*kPipelineStages=*/2, /*kTileWarps=*/4>;
+  // The deep decode kernel's tile (decode_deep.cu): the most K/V in flight
+  // that one SM's shared memory holds.
+  using Decode = DecodeTile<T, kHeadDim, kHeadDim == 128 ? 6 : 8, 4>;
   static constexpr int kThreads = Prefill::kThreads;
-  static constexpr int kDecodeTiles = kThreads / Decode::kThreads;  // 3 per decode CTA
-  static constexpr int kSmemBytes = Prefill::kSmemBytes > kDecodeTiles * Decode::kSmemBytes
-                                        ? Prefill::kSmemBytes
-                                        : kDecodeTiles * Decode::kSmemBytes;
+  static constexpr int kDecodeBarrier = 1;
+  static constexpr int kSmemBytes =
+      Prefill::kSmemBytes > Decode::kSmemBytes ? Prefill::kSmemBytes : Decode::kSmemBytes;
   static_assert(kSmemBytes <= 227 * 1024, "fits one SM");
 
-  static __device__ void decode(const PodParams& params, char* smem, int decode_ctas) {
-    __shared__ int claimed[kDecodeTiles];
+  // Warpgroup 0 of a decode CTA: claims and runs decode tiles until none is
+  // left. The CTA's other warpgroups have left, so the tile meets at its own
+  // named barrier, never __syncthreads.
+  static __device__ void decode(const PodParams& params, char* smem, int decode_ctas, int tid) {
+    __shared__ int claimed;
     const AttentionParams& p = params.attn;
-    const int tid = static_cast<int>(threadIdx.x);
-    const int wg = tid / Decode::kThreads;
-    const int tid_wg = tid % Decode::kThreads;
-    const int barrier = 1 + wg;
     const unsigned tiles = static_cast<unsigned>(params.decode_tiles);
     const int per_item = p.num_kv_heads * p.decode_head_chunks;
-    char* tile_smem = smem + wg * Decode::kSmemBytes;
     std::uint32_t* counters = params.counters;
     for (;;) {
-      if (tid_wg == 0) {
+      if (tid == 0) {
         const unsigned u = atomicAdd(counters + kPodCounterDecode, 1u);
         if (u >= tiles) {
-          // This warpgroup's last claim. Once every decode warpgroup made its
-          // own, nobody reads the counter again in this launch.
+          // This CTA's last claim. Once every decode CTA made its own,
+          // nobody reads the counter again in this launch.
           __threadfence();
-          const unsigned total = static_cast<unsigned>(decode_ctas * kDecodeTiles);
-          if (atomicAdd(counters + kPodCounterDone, 1u) == total - 1) {
+          if (atomicAdd(counters + kPodCounterDone, 1u) == static_cast<unsigned>(decode_ctas) - 1) {
             __threadfence();
             counters[kPodCounterDecode] = 0u;
             counters[kPodCounterDone] = 0u;
           }
         }
-        claimed[wg] = static_cast<int>(u < tiles ? u : tiles);
+        claimed = static_cast<int>(u < tiles ? u : tiles);
       }
-      tile_barrier<Decode::kThreads>(barrier);
-      const int tile = claimed[wg];
+      tile_barrier<Decode::kThreads>(kDecodeBarrier);
+      const int tile = claimed;
       if (tile >= static_cast<int>(tiles)) break;
       const int in_item = tile % per_item;
       const DecodeWorkItem item = p.plan.decode_items[tile / per_item];
-      Decode::run(p, item, in_item / p.decode_head_chunks, in_item % p.decode_head_chunks,
-                  tile_smem, tid_wg, barrier);
+      Decode::run(p, item, in_item / p.decode_head_chunks, in_item % p.decode_head_chunks, smem,
+                  tid, kDecodeBarrier);
       // The tile's shared memory and `claimed` are reused by the next claim.
-      tile_barrier<Decode::kThreads>(barrier);
+      tile_barrier<Decode::kThreads>(kDecodeBarrier);
     }
   }
 
   static __device__ void run(const PodParams& params, char* smem) {
     const int cta = static_cast<int>(blockIdx.x);
+    const int tid = static_cast<int>(threadIdx.x);
     if (cta < params.prefill_ctas) {
       Prefill::run(params.attn, smem, {cta, params.prefill_ctas});
-    } else {
-      decode(params, smem, static_cast<int>(gridDim.x) - params.prefill_ctas);
+    } else if (tid < Decode::kThreads) {
+      decode(params, smem, static_cast<int>(gridDim.x) - params.prefill_ctas, tid);
     }
   }
 };
@@ -144,7 +144,7 @@ Status launch_pod_ws_typed(const PodParams& params, int grid, int head_dim, cuda
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (!pod_ws_runs_here<T, kHeadDim>()) {
       return failed_precondition(
-          "the warp-specialized POD kernel needs sm_90a code and 204 KB of shared memory per CTA");
+          "the warp-specialized POD kernel needs sm_90a code and 196 KB of shared memory per CTA");
     }
     pod_ws_kernel<T, kHeadDim><<<static_cast<unsigned>(grid), PodWsCta<T, kHeadDim>::kThreads,
                                  PodWsCta<T, kHeadDim>::kSmemBytes, stream>>>(params);
@@ -155,8 +155,7 @@ Status launch_pod_ws_typed(const PodParams& params, int grid, int head_dim, cuda
 
 template <typename T>
 Result<bool> pod_ws_runs_here_typed(int head_dim) {
-  VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim,
-                                   { return pod_ws_runs_here<T, kHeadDim>(); });
+  VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, { return pod_ws_runs_here<T, kHeadDim>(); });
   return false;
 }
 
