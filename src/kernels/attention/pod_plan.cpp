@@ -57,13 +57,6 @@ constexpr double kFluidCtaBlocksPerUs128 = 0.85;
 constexpr double kSplitGain = 0.015;
 // The other ratio policy is taken for at least this estimated gain.
 constexpr double kRatioSwitchGain = 0.02;
-// The warp-specialized POD kernel (pod_ws.cuh): a decode SM runs one deep
-// decode tile, at most this many 64-key blocks (32 KB at head_dim 128) per us
-// (the deep kernel alone on 8-64 SMs, H200 2026-12-03: 61 GB/s per SM;
-// docs/pod.md); its prefill SMs run the warp-specialized prefill
-// (kWsPrefillSpeedup).
-constexpr int kWsDecodeTilesPerSm = 1;
-constexpr double kWsDecodeTileBlocksPerUs128 = 1.85;
 // Decode split candidates stop once the decode CTAs exceed this many waves.
 constexpr long long kFluidMaxDecodeWaves = 4;
 // Beyond this many waves of (grouped) CTAs the simulation gives way to the
@@ -206,8 +199,6 @@ struct Model {
   bool ws_pack = false;
   bool even = false;  // the ratio policy
   int num_sms = 0, ctas_per_sm = 0;
-  // A decode CTA's (tile's) most blocks per us at head_dim 128.
-  double decode_cta_blocks_per_us = kFluidCtaBlocksPerUs128;
   // CTAs simulated in groups of this many identical ones (the heads of one
   // KV piece) on num_sms / group SMs: the same schedule at a fraction of the
   // planning time. It divides num_sms, the query heads and the decode tiles
@@ -309,109 +300,12 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   const double span =
       simulate_fluid(prefill_costs, decode_work, model.num_sms / group, model.ctas_per_sm,
                      model.even, kFluidBandwidthBlocksPerUs128 * rate_scale / group,
-                     model.decode_cta_blocks_per_us * rate_scale, scratch);
+                     kFluidCtaBlocksPerUs128 * rate_scale, scratch);
   e.us = span + partial_bytes / kPartialBytesPerUs + (combine_launch ? kCombineLaunchUs : 0.0);
   return e;
 }
 
-// The warp-specialized POD kernel's plan: prefill CTAs (SMs), the splits of
-// each kind, and the makespan estimate.
-struct WsChoice {
-  int prefill_ctas = 0, prefill_splits = 1, decode_splits = 1;
-  double prefill_us = 0, decode_us = 0, us = 0;
-  bool set = false;
-};
-
-// The warp-specialized POD kernel on `num_sms` SMs: the prefill SMs run the
-// serial warp-specialized prefill's model on their share of the machine, the
-// decode SMs the decode grid at kWsDecodeTilesPerSm tiles each, both at once;
-// the makespan is the later of the two. `forced_prefill_ctas` > 0 fixes the
-// split of the SMs; otherwise the search finds where the two sides cross
-// (prefill time falls and decode time rises with the prefill SMs).
-WsChoice plan_ws(const Shape& shape, const AttentionDims& dims, const Model& base, int num_sms,
-                 int forced_prefill_ctas, int prefill_splits_limit,
-                 const std::vector<int>& decode_candidates, Scratch& scratch) {
-  auto prefill_side = [&](int sms, WsChoice& c) {
-    Model m = base;
-    m.num_sms = sms;
-    m.ctas_per_sm = 2;  // the model's prefill slots: one ws CTA runs about two slots' tiles
-    m.group = 1;
-    double best = 0;
-    int splits = 1;
-    for (int s = 1; s <= prefill_splits_limit; s *= 2) {
-      const double us = estimate(shape, dims, m, s, 1, 1, scratch, Kinds::prefill_only).us;
-      if (s == 1 || us < best * (1 - kSplitGain)) {
-        best = us;
-        splits = s;
-      } else {
-        break;
-      }
-    }
-    c.prefill_splits = splits;
-    c.prefill_us = best;
-  };
-  auto decode_side = [&](int sms, WsChoice& c) {
-    Model m = base;
-    m.num_sms = sms;
-    m.ctas_per_sm = kWsDecodeTilesPerSm;
-    m.group = 1;
-    m.decode_cta_blocks_per_us = kWsDecodeTileBlocksPerUs128;
-    double best = 0;
-    int splits = 1;
-    int worse = 0;
-    for (int n : decode_candidates) {
-      const double us = estimate(shape, dims, m, 1, n, 1, scratch, Kinds::decode_only).us;
-      if (n == decode_candidates.front() || us < best * (1 - kSplitGain)) {
-        best = us;
-        splits = n;
-        worse = 0;
-      } else if (++worse >= 2) {
-        break;
-      }
-    }
-    c.decode_splits = splits;
-    c.decode_us = best;
-  };
-  auto at = [&](int p) {
-    WsChoice c;
-    c.prefill_ctas = p;
-    prefill_side(p, c);
-    decode_side(num_sms - p, c);
-    c.us = std::max(c.prefill_us, c.decode_us);
-    c.set = true;
-    return c;
-  };
-  if (num_sms < 2) return {};
-  if (forced_prefill_ctas > 0) return at(std::min(forced_prefill_ctas, num_sms - 1));
-  // Bisect for the last p whose prefill side is still the longer one.
-  int lo = 1, hi = num_sms - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    const WsChoice c = at(mid);
-    if (c.prefill_us >= c.decode_us) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  WsChoice best = at(lo);
-  if (lo + 1 <= num_sms - 1) {
-    const WsChoice next = at(lo + 1);
-    if (next.us < best.us) best = next;
-  }
-  return best;
-}
-
 }  // namespace
-
-const char* pod_kernel_name(PodKernel kernel) { return kernel == PodKernel::ws ? "ws" : "tiles"; }
-
-Result<PodKernelChoice> parse_pod_kernel_choice(std::string_view name) {
-  if (name == "auto") return PodKernelChoice::automatic;
-  if (name == "tiles") return PodKernelChoice::tiles;
-  if (name == "ws") return PodKernelChoice::ws;
-  return invalid_argument(fmt::format("POD kernel '{}' is not auto, tiles or ws", name));
-}
 
 Result<AttentionMode> parse_attention_mode(std::string_view name) {
   if (name == "pod") return AttentionMode::pod;
@@ -691,33 +585,12 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   const Choice& chosen = decision.chosen();
   const int best_prefill = chosen.prefill, best_decode = chosen.decode;
   const Estimate& best = chosen.e;
-  // The warp-specialized kernel: where it runs, for a batch of both kinds.
-  const bool ws_runs = dev.ws_kernel && model.ws_prefill;
-  if (options.kernel == PodKernelChoice::ws && !ws_runs) {
-    return failed_precondition(
-        "POD kernel ws needs an sm_90a GPU that runs it (PodDevice::ws_kernel) and the "
-        "warp-specialized prefill with TMA (KernelOptions)");
-  }
-  if (options.ws_prefill_ctas < 0 || options.ws_prefill_ctas >= std::max(dev.num_sms, 2)) {
-    return invalid_argument(fmt::format("PodOptions::ws_prefill_ctas must be in [0, {}) (got {})",
-                                        dev.num_sms, options.ws_prefill_ctas));
-  }
-  WsChoice ws;
-  if (ws_runs && has_prefill && has_decode && options.kernel != PodKernelChoice::tiles) {
-    model.even = false;
-    ws = plan_ws(
-        shape, dims, model, dev.num_sms, options.ws_prefill_ctas,
-        std::clamp(shape.max_tile_blocks / kMinPrefillBlocksPerSplit, 1, kMaxPodPrefillSplits),
-        decode_candidates, scratch);
-  }
-  const bool take_ws = ws.set && (options.kernel == PodKernelChoice::ws || ws.us < best.us);
-  const double fused_us = take_ws ? ws.us : best.us;
   config.ratio = decision.ratio;
   config.serial_estimate_us = serial_us;
-  config.estimate_us = fused_us;
-  config.estimate_within_limit_us = take_ws ? ws.us : within.e.us;
-  config.prefill_beyond_limit = !take_ws && go_beyond;
-  if (options.serial_fallback && serial_us > 0 && fused_us >= serial_us) {
+  config.estimate_us = best.us;
+  config.estimate_within_limit_us = within.e.us;
+  config.prefill_beyond_limit = go_beyond;
+  if (options.serial_fallback && serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
     VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
                                      {.num_sms = dev.num_sms,
@@ -730,41 +603,6 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                      "serial fallback: fused estimate {:.0f} us ({}/{} splits, ratio {}) does not "
                      "beat the serial kernels' {:.0f} us",
                      best.us, best_prefill, best_decode, pod_ratio_name(decision.ratio), serial_us);
-      if (ws.set) {
-        fmt::format_to(std::back_inserter(config.reason), "; ws kernel {:.0f} us ({} prefill SMs)",
-                       ws.us, ws.prefill_ctas);
-      }
-    }
-    return Status();
-  }
-  if (take_ws) {
-    // The prefill side is planned as the standalone warp-specialized prefill
-    // on its SMs (its walk, packing and order), the decodes unsplit or split
-    // as chosen; split rows of either kind merge in the combine launch.
-    VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
-                                     {.num_sms = ws.prefill_ctas,
-                                      .prefill_splits = ws.prefill_splits,
-                                      .decode_splits = ws.decode_splits,
-                                      .decode_kernel = DecodeKernel::tile,
-                                      .kernels = options.kernels}));
-    config.kernel = PodKernel::ws;
-    config.virtual_decode = 1;
-    config.wgmma_prefill = dev.wgmma_prefill;
-    config.ctas_per_sm = 1;
-    config.prefill_splits = ws.prefill_splits;
-    config.decode_splits = ws.decode_splits;
-    config.prefill_ctas = ws.prefill_ctas;
-    config.decode_tiles = static_cast<int>(plan_.decode_items().size()) * tiles_per_decode;
-    config.decode_ctas = dev.num_sms - ws.prefill_ctas;
-    config.grid = dev.num_sms;
-    if (options.explain) {
-      fmt::format_to(std::back_inserter(config.reason),
-                     "ws kernel: {} prefill SMs (splits {}, estimate {:.0f} us) + {} decode SMs x "
-                     "{} tiles ({} tiles, splits {}, estimate {:.0f} us) -> {:.0f} us; tiles "
-                     "kernel {:.0f} us; serial estimate {:.0f} us",
-                     ws.prefill_ctas, ws.prefill_splits, ws.prefill_us, config.decode_ctas,
-                     kWsDecodeTilesPerSm, config.decode_tiles, ws.decode_splits, ws.decode_us,
-                     ws.us, best.us, serial_us);
     }
     return Status();
   }

@@ -164,16 +164,13 @@ struct PrefillWsTile {
     int num_blocks;  // key blocks of 128 from kv_begin, the last possibly partial
     int pack;        // query heads per tile row group: 1, or group_size when packed
   };
-  // The CTAs that walk the tiles: CTA `cta` of `ctas` (the whole grid for the
-  // standalone kernel; the fused POD kernel's prefill CTAs, pod_ws.cuh).
-  struct Walk {
-    int cta, ctas;
-  };
-  // The walking CTA's tile in round r: rounds of `ctas` tiles over the
-  // longest-first list, every other round in reverse CTA order (a plain
-  // stride would hand CTA 0 the longest tile of every round).
-  static __device__ __forceinline__ int tile_of_round(int round, const Walk& w) {
-    return round * w.ctas + ((round & 1) != 0 ? w.ctas - 1 - w.cta : w.cta);
+  // This CTA's tile in round r of the persistent walk: rounds of gridDim.x
+  // tiles over the longest-first list, every other round in reverse CTA
+  // order (a plain stride would hand CTA 0 the longest tile of every round).
+  static __device__ __forceinline__ int tile_of_round(int round) {
+    const int g = static_cast<int>(gridDim.x);
+    const int c = static_cast<int>(blockIdx.x);
+    return round * g + ((round & 1) != 0 ? g - 1 - c : c);
   }
   static __device__ __forceinline__ Tile tile_at(const AttentionParams& p, int t) {
     Tile tile;
@@ -254,8 +251,7 @@ struct PrefillWsTile {
     }
   }
 
-  static __device__ void produce(const AttentionParams& p, const Smem& sm, const Walk& w,
-                                 int lane) {
+  static __device__ void produce(const AttentionParams& p, const Smem& sm, int lane) {
     const T* k_base = static_cast<const T*>(p.kv.k);
     const T* v_base = static_cast<const T*>(p.kv.v);
     if (lane == 0) {
@@ -266,8 +262,8 @@ struct PrefillWsTile {
     const int num_tiles = p.ws_num_tiles;
     std::uint32_t q_phase = 0;
     ws::RingState<kStages> ring;
-    for (int round = 0; round * w.ctas < num_tiles; ++round) {
-      const int t = tile_of_round(round, w);
+    for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
+      const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
       // The planner never cuts an empty item; producer and consumers skip one
@@ -427,8 +423,8 @@ struct PrefillWsTile {
     if (lane == 0) ws::mbarrier_arrive(bar);
   }
 
-  static __device__ void consume(const AttentionParams& p, const Smem& sm, const Walk& w,
-                                 char* smem, int wg, int tid_wg) {
+  static __device__ void consume(const AttentionParams& p, const Smem& sm, char* smem, int wg,
+                                 int tid_wg) {
 #ifdef VPOD_ATTENTION_HAVE_WGMMA
     const int warp = tid_wg / 32;  // within the warpgroup
     const int lane = tid_wg % 32;
@@ -441,8 +437,8 @@ struct PrefillWsTile {
     ws::RingState<kStages> ring;
     // Consumer 0 issues first.
     if (wg == 1) ws::named_arrive(ws::kTurnBarrier0, kConsumerThreads);
-    for (int round = 0; round * w.ctas < num_tiles; ++round) {
-      const int t = tile_of_round(round, w);
+    for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
+      const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
       // The planner never cuts an empty item; producer and consumers skip one
@@ -534,7 +530,7 @@ struct PrefillWsTile {
       write_output(p, tile, o, row_max, row_sum, sm, smem, wg, warp, lane, tid_wg);
     }
 #else
-    (void)p, (void)sm, (void)w, (void)smem, (void)wg, (void)tid_wg;
+    (void)p, (void)sm, (void)smem, (void)wg, (void)tid_wg;
 #endif
   }
 
@@ -606,9 +602,7 @@ struct PrefillWsTile {
     }
   }
 
-  // Runs the walk `w` on this CTA (kThreads threads, kSmemBytes of dynamic
-  // shared memory at `smem_raw`).
-  static __device__ void run(const AttentionParams& p, char* smem_raw, const Walk& w) {
+  static __device__ void run(const AttentionParams& p, char* smem_raw) {
 #ifdef VPOD_ATTENTION_HAVE_WGMMA
     const int tid = static_cast<int>(threadIdx.x);
     const std::uint32_t raw = smem_addr(smem_raw);
@@ -630,13 +624,13 @@ struct PrefillWsTile {
     const int wg = tid / 128;
     if (wg == 0) {
       ws::setmaxnreg_dec<kProducerRegs>();
-      if (tid < 32) produce(p, sm, w, tid);
+      if (tid < 32) produce(p, sm, tid);
     } else {
       ws::setmaxnreg_inc<kConsumerRegs>();
-      consume(p, sm, w, smem, wg - 1, tid % 128);
+      consume(p, sm, smem, wg - 1, tid % 128);
     }
 #else
-    (void)p, (void)smem_raw, (void)w;
+    (void)p, (void)smem_raw;
     __trap();  // the launcher never selects this kernel without sm_90a code
 #endif
   }
@@ -647,8 +641,7 @@ template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(PrefillWsTile<T, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ AttentionParams params) {
   extern __shared__ __align__(128) char smem[];
-  PrefillWsTile<T, kHeadDim>::run(params, smem,
-                                  {static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)});
+  PrefillWsTile<T, kHeadDim>::run(params, smem);
 }
 
 }  // namespace vpod::attention::device
