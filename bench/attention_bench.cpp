@@ -887,9 +887,6 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
   cmd.add_flag_callback(
       "--no-lazy-rescale", [&options] { options.wgmma_lazy_rescale = false; },
       "the wgmma prefill tile rescales O on every key block (comparison)");
-  cmd.add_flag_callback(
-      "--swap-v-strides", [&options] { options.wgmma_swap_v_strides = true; },
-      "swap V's wgmma descriptor strides (experiment)");
 }
 
 void add_attention_bench(CLI::App& bench) {

@@ -22,7 +22,7 @@ void add_grammar_bench(CLI::App& bench);    // bench/grammar_bench.cpp
 
 // The attention launchers' switches (attention::KernelOptions; defaults: the
 // engine's fast paths) as flags of `cmd`: --mma-prefill, --no-tma,
-// --decode-combine-kernel, --no-lazy-rescale, --swap-v-strides. `options`
+// --decode-combine-kernel, --no-lazy-rescale, ... `options`
 // must outlive the parse (bench/attention_bench.cpp; also `vpod bench pod`).
 void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options);
 

@@ -114,8 +114,6 @@ struct KernelOptions {
   // The wgmma prefill tile skips a half's O rescale when no row of the warp
   // raised its maximum; false: rescale on every key block.
   bool wgmma_lazy_rescale = true;
-  // The wgmma prefill tile with V's descriptor strides swapped (experiment).
-  bool wgmma_swap_v_strides = false;
 };
 
 struct PlanOptions {

@@ -157,7 +157,6 @@ Status launch_prefill_ws(const AttentionParams& params, cudaStream_t stream) {
 // The wgmma tile's launch-time switches (KernelOptions).
 inline WgmmaKnobs wgmma_knobs(const KernelOptions& options) {
   WgmmaKnobs k;
-  if (options.wgmma_swap_v_strides) std::swap(k.v_lbo, k.v_sbo);
   if (!options.wgmma_lazy_rescale) k.lazy_rescale = false;
   return k;
 }

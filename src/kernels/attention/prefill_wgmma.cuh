@@ -37,12 +37,8 @@
 
 namespace vpod::attention::device {
 
-// Byte strides of V's transposed (MN-major) descriptor; the defaults are the
-// canonical layout's (next 64 dims = next column block, next 8 keys = next
-// 1024 bytes). A kernel argument so an experiment can swap them.
+// Launch-time switches of the wgmma tile (KernelOptions).
 struct WgmmaKnobs {
-  std::uint32_t v_lbo = kPrefillBlockN * 128;
-  std::uint32_t v_sbo = 1024;
   // Skip a half's O rescale when no row of the warp raised its maximum (the
   // correction is then ex2.approx(0), expected to be exactly 1; the GPU tests
   // check the result against the reference, not bitwise against rescaling).
@@ -488,10 +484,12 @@ struct PrefillWgmmaTile {
     // K-major operands (Q, K): LBO unused (1), SBO = 8 rows of 128 bytes.
     const std::uint64_t desc_q = wgmma::make_desc(s_q, 16, 1024);
     const std::uint64_t desc_k0 = wgmma::make_desc(s_kv, 16, 1024);
-    const std::uint64_t desc_v0 = wgmma::make_desc(s_kv + kSmemKV, knobs.v_lbo, knobs.v_sbo);
+    // V, transposed (MN-major): the next 64 dims a column block further (LBO),
+    // the next 8 keys 1024 bytes (SBO).
+    const std::uint64_t desc_v0 = wgmma::make_desc(s_kv + kSmemKV, kPrefillBlockN * 128, 1024);
     const std::uint64_t desc_k1 = wgmma::make_desc(s_kv + kSmemStage, 16, 1024);
     const std::uint64_t desc_v1 =
-        wgmma::make_desc(s_kv + kSmemStage + kSmemKV, knobs.v_lbo, knobs.v_sbo);
+        wgmma::make_desc(s_kv + kSmemStage + kSmemKV, kPrefillBlockN * 128, 1024);
     const int causal_row0 = seq.cached_len + item.q_begin;
 
     // One key block, software-pipelined across the two m64 halves so that the
