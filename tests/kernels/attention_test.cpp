@@ -197,12 +197,24 @@ TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
       EXPECT_GE(plan->prefill_items()[i - 1].cost, plan->prefill_items()[i].cost);
     }
     // GQA packing exactly for the items whose tokens fit a tile for the
-    // whole group; prefill_pack() when every item does. The warp-specialized
-    // walk gives each item its tiles in list order.
+    // whole group, where the step's walk packs; prefill_pack() when every
+    // item does. The warp-specialized walk gives each item its tiles in list
+    // order.
+    const bool walk_packs = gqa_packable_tiles_pack(
+        [&](auto&& f) {
+          for (const BatchSequence& s : batch.prefills) {
+            for (int q = 0; q < s.num_new; q += kPrefillBlockM) {
+              const int rows = std::min(kPrefillBlockM, s.num_new - q);
+              f(rows, (s.cached_len + q + rows + kPrefillBlockN - 1) / kPrefillBlockN);
+            }
+          }
+        },
+        dims.num_q_heads, dims.num_kv_heads);
     int packed = 0, next_tile = 0;
     for (const PrefillWorkItem& item : plan->prefill_items()) {
       const int rows = std::min(kPrefillBlockM, batch.prefills[item.seq].num_new - item.q_begin);
-      const bool packs = dims.group_size() > 1 && rows * dims.group_size() <= kPrefillBlockM;
+      const bool packs =
+          walk_packs && dims.group_size() > 1 && rows * dims.group_size() <= kPrefillBlockM;
       EXPECT_EQ(item.pack, packs ? dims.group_size() : 1) << "trial " << trial;
       EXPECT_EQ(item.ws_tile, next_tile) << "trial " << trial;
       next_tile += packs ? dims.num_kv_heads : dims.num_q_heads;
@@ -213,6 +225,7 @@ TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
     EXPECT_EQ(plan->ws_tiles(), next_tile) << "trial " << trial;
     EXPECT_EQ(plan->prefill_pack(), items > 0 && packed == items ? dims.group_size() : 1)
         << "trial " << trial;
+    EXPECT_EQ(plan->prefill_pack_mixed(), packed > 0 && packed < items) << "trial " << trial;
     packed_trials += items > 0 && packed == items;
     mixed_trials += packed > 0 && packed < items;
   }
@@ -487,14 +500,46 @@ TEST(AttentionPlanTest, PacksShortTurnsBesideALongChunk) {
   EXPECT_GT(packed_plan.prefill_items().size(), unpacked_plan.prefill_items().size());
   expect_plan_covers_batch(packed_plan, turns);
 
-  // A chunk over a long context whose last tile is 16 rows: that item packs,
-  // but the items cost alike and packing saves under an eighth of the work,
-  // so the kernel keeps its uniform (head-major) walk.
+  // A chunk over a long context whose last tile is 16 rows: that tile could
+  // pack, but the tiles cost alike and packing saves under an eighth of the
+  // work, so the kernel keeps its uniform (head-major) walk and no item packs,
+  // so the split estimate counts its 32 one-head CTAs as the kernel runs them.
   const AttentionPlan tail =
       AttentionPlan::create(make_batch({{14336, 2064}}, {}), llama_dims(), h200()).value();
-  EXPECT_EQ(tail.prefill_packed_items(), 1);
+  EXPECT_EQ(tail.prefill_packed_items(), 0);
   EXPECT_TRUE(tail.prefill_items_cost_alike());
   EXPECT_FALSE(tail.prefill_pack_mixed());
+  for (const PrefillWorkItem& item : tail.prefill_items()) EXPECT_EQ(item.pack, 1);
+  EXPECT_EQ(tail.ws_tiles(), static_cast<int>(tail.prefill_items().size()) * 32);
+  expect_plan_covers_batch(tail, make_batch({{14336, 2064}}, {}));
+}
+
+// The walk rule the planners share (attention_params.h), on (rows, key
+// blocks) tiles with Llama-3-8B's heads (group 4: tiles of <= 32 rows pack).
+TEST(AttentionPlanTest, GqaWalkRule) {
+  using Tiles = std::vector<std::pair<int, int>>;
+  auto rule = [](const Tiles& tiles) {
+    return gqa_packable_tiles_pack(
+        [&](auto&& f) {
+          for (const auto& [rows, blocks] : tiles) f(rows, blocks);
+        },
+        32, 8);
+  };
+  EXPECT_FALSE(rule({}));                               // nothing to pack
+  EXPECT_FALSE(rule({{128, 100}, {33, 101}}));          // no tile fits
+  EXPECT_TRUE(rule({{16, 65}, {32, 10}}));              // every tile packs: uniform packed walk
+  EXPECT_TRUE(rule({{128, 16}, {128, 17}, {16, 65}}));  // turns beside a chunk: costs differ
+  // Costs alike, one packable tile of 17: packing saves 17 x 24 of 17 x 32 x
+  // 17 key-block heads (under an eighth): the uniform walk.
+  Tiles alike(16, {128, 120});
+  alike.push_back({16, 120});
+  EXPECT_FALSE(rule(alike));
+  // Costs alike, half the tiles packable: it saves 3/8 of the work.
+  EXPECT_TRUE(rule({{128, 120}, {16, 120}}));
+  // Not alike (1 against 120 blocks): per item, however small the saving.
+  EXPECT_TRUE(rule({{128, 120}, {128, 119}, {16, 1}}));
+  // MHA (group 1): nothing ever packs.
+  EXPECT_FALSE(gqa_packable_tiles_pack([](auto&& f) { f(1, 1); }, 8, 8));
 }
 
 // A cluster launch only gets the slots whole clusters fit in (a cluster's CTAs

@@ -200,14 +200,12 @@ class AttentionPlan {
   // KernelOptions::ws_gqa_pack allows; the other prefill kernels run the same
   // items one query head per tile.
   int prefill_pack() const { return prefill_pack_; }
-  // Items whose tile packs (PrefillWorkItem::pack > 1).
+  // Items whose tile packs (PrefillWorkItem::pack > 1): the packable ones
+  // where the step's walk packs (gqa_packable_tiles_pack), else none.
   int prefill_packed_items() const { return prefill_packed_items_; }
   // Whether the warp-specialized kernel packs per item (AttentionParams::
-  // ws_mixed): some items pack but not all, and that saves at least an
-  // eighth of the tiles' work or the items do not cost alike (else the
-  // uniform head-major walk, one head per tile; a judgement, not measured).
-  // Its walk then has
-  // ws_tiles() tiles: num_kv_heads per packed item, num_q_heads per other.
+  // ws_mixed): some items pack but not all. Its walk then has ws_tiles()
+  // tiles: num_kv_heads per packed item, num_q_heads per other.
   bool prefill_pack_mixed() const { return prefill_pack_mixed_; }
   int ws_tiles() const { return ws_tiles_; }
   const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }

@@ -32,6 +32,35 @@ inline constexpr int kDecodeHeadsPerCta = 4;
 constexpr bool gqa_tile_packs(int rows, int group) {
   return group > 1 && rows * group <= kPrefillBlockM;
 }
+// Whether a step's packable prefill tiles run packed in the warp-specialized
+// kernel (the planners' shared rule, so that their estimates count the CTAs
+// the kernel runs). for_each_tile(f) calls f(rows, key_blocks) for every
+// (unsplit) tile. All tiles packable: yes (a uniform packed walk). Some: yes
+// (a walk packed per item) only where the tiles do not cost alike (within
+// 20%) or packing saves at least an eighth of the one-head work; otherwise
+// the uniform one-head walk, head-major, which streams each KV head's keys
+// together (docs/attention.md). The eighth is a judgement: the two walks were
+// not timed against each other on such a step.
+template <typename ForEachTile>
+bool gqa_packable_tiles_pack(ForEachTile&& for_each_tile, int num_q_heads, int num_kv_heads) {
+  const int group = num_q_heads / num_kv_heads;
+  int tiles = 0, packable = 0, min_blocks = 0, max_blocks = 0;
+  double work = 0, saved = 0;  // key blocks x query heads, and packing's saving
+  for_each_tile([&](int rows, int blocks) {
+    min_blocks = tiles == 0 ? blocks : (blocks < min_blocks ? blocks : min_blocks);
+    max_blocks = blocks > max_blocks ? blocks : max_blocks;
+    ++tiles;
+    work += static_cast<double>(blocks) * num_q_heads;
+    if (gqa_tile_packs(rows, group)) {
+      ++packable;
+      saved += static_cast<double>(blocks) * (num_q_heads - num_kv_heads);
+    }
+  });
+  if (packable == 0) return false;
+  if (packable == tiles) return true;
+  const bool alike = 5 * min_blocks >= 4 * max_blocks;
+  return !alike || 8.0 * saved >= work;
+}
 
 // ---------------------------------------------------------------------------
 // Work lists (built by AttentionPlan, read by the kernels).
@@ -60,7 +89,8 @@ struct PrefillWorkItem {
   // GQA packing (the warp-specialized kernel only; the other prefill kernels
   // run every item one query head per tile): `pack` is the group size when
   // the tile has at most kPrefillBlockM / group rows, so one tile can hold a
-  // KV head's whole group, else 1. `ws_tile`: the item's first tile in that
+  // KV head's whole group, and the step's walk packs (gqa_packable_tiles_pack),
+  // else 1. `ws_tile`: the item's first tile in that
   // kernel's walk when it packs per item (AttentionParams::ws_mixed), the sum
   // of the tiles of the items before it (num_kv_heads per packed item,
   // num_q_heads per other).

@@ -265,8 +265,16 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   // heads packs (PrefillWorkItem::pack). The warp-specialized kernel then runs
   // one CTA per (packed tile, KV head), each costing what a one-head CTA
   // costs; prefill_pack() says whether every tile packs.
+  // A tile packs where it can and the step's walk packs (gqa_packable_tiles_pack),
+  // decided before the splits so that the split estimate counts the CTAs
+  // the kernel runs.
   const int group = dims.group_size();
-  auto packs = [&](const Tile& t) { return gqa_tile_packs(t.rows, group); };
+  const bool walk_packs = gqa_packable_tiles_pack(
+      [&](auto&& f) {
+        for (const Tile& t : tiles) f(t.rows, t.blocks);
+      },
+      dims.num_q_heads, dims.num_kv_heads);
+  auto packs = [&](const Tile& t) { return walk_packs && gqa_tile_packs(t.rows, group); };
   int packed_tiles = 0;
   for (const Tile& t : tiles) packed_tiles += packs(t) ? 1 : 0;
   plan.prefill_pack_ = !tiles.empty() && packed_tiles == static_cast<int>(tiles.size()) ? group : 1;
@@ -347,28 +355,18 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   stable_sort_with(
       plan.prefill_items_, scratch.prefill_items,
       [](const PrefillWorkItem& a, const PrefillWorkItem& b) { return a.cost > b.cost; });
-  // The warp-specialized kernel's walk when it packs per item.
+  // The warp-specialized kernel's walk when it packs per item: each item's
+  // first tile.
   plan.prefill_packed_items_ = 0;
   plan.ws_tiles_ = 0;
-  double all_work = 0,
-         packed_saves = 0;  // key blocks x CTAs of one-head tiles, and packing's saving
   for (PrefillWorkItem& item : plan.prefill_items_) {
     item.ws_tile = plan.ws_tiles_;
     plan.ws_tiles_ += item.pack > 1 ? dims.num_kv_heads : dims.num_q_heads;
     plan.prefill_packed_items_ += item.pack > 1 ? 1 : 0;
-    all_work += static_cast<double>(item.cost) * dims.num_q_heads;
-    if (item.pack > 1)
-      packed_saves += static_cast<double>(item.cost) * (dims.num_q_heads - dims.num_kv_heads);
   }
-  // Per item only where it should pay: chunks over a long context whose only
-  // short item is a chunk's last few rows keep the uniform walk, head-major
-  // (it streams each KV head's keys together, docs/attention.md), unless
-  // packing saves at least an eighth of the work. The eighth is a judgement:
-  // the two walks were not timed against each other on such a step.
   const int num_items = static_cast<int>(plan.prefill_items_.size());
-  plan.prefill_pack_mixed_ = plan.prefill_packed_items_ > 0 &&
-                             plan.prefill_packed_items_ < num_items &&
-                             (!plan.prefill_items_cost_alike() || 8.0 * packed_saves >= all_work);
+  plan.prefill_pack_mixed_ =
+      plan.prefill_packed_items_ > 0 && plan.prefill_packed_items_ < num_items;
 
   // ---- Decode: split every context into chunks of `chunk` key blocks. The
   // chunk is the one with the smallest estimated makespan of the decode grid

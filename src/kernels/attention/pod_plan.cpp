@@ -234,7 +234,15 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   prefill_pieces.clear();
   prefill_costs.clear();
   const int group = model.group;
-  const bool packing = kinds == Kinds::prefill_only && model.ws_pack;
+  // The serial warp-specialized prefill packs where AttentionPlan's walk does.
+  const bool packing = kinds == Kinds::prefill_only && model.ws_pack &&
+                       gqa_packable_tiles_pack(
+                           [&](auto&& f) {
+                             for (std::size_t t = 0; t < scratch.tile_blocks.size(); ++t) {
+                               f(scratch.tile_rows[t], scratch.tile_blocks[t]);
+                             }
+                           },
+                           dims.num_q_heads, dims.num_kv_heads);
   double partial_bytes = 0;
   bool combine_launch = false;  // prefill splits, or decode splits on virtual tiles
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
