@@ -226,6 +226,12 @@ TEST(AttentionPlanTest, CoversRandomBatchesExactlyOnce) {
     EXPECT_EQ(plan->prefill_pack(), items > 0 && packed == items ? dims.group_size() : 1)
         << "trial " << trial;
     EXPECT_EQ(plan->prefill_pack_mixed(), packed > 0 && packed < items) << "trial " << trial;
+    // A uniform walk's tile count is the same (the launcher takes ws_tiles()).
+    if (!plan->prefill_pack_mixed()) {
+      EXPECT_EQ(plan->ws_tiles(),
+                items * (plan->prefill_pack() > 1 ? dims.num_kv_heads : dims.num_q_heads))
+          << "trial " << trial;
+    }
     packed_trials += items > 0 && packed == items;
     mixed_trials += packed > 0 && packed < items;
   }

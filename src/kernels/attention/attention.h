@@ -204,8 +204,8 @@ class AttentionPlan {
   // where the step's walk packs (gqa_packable_tiles_pack), else none.
   int prefill_packed_items() const { return prefill_packed_items_; }
   // Whether the warp-specialized kernel packs per item (AttentionParams::
-  // ws_mixed): some items pack but not all. Its walk then has ws_tiles()
-  // tiles: num_kv_heads per packed item, num_q_heads per other.
+  // ws_mixed): some items pack but not all. ws_tiles(): the tiles of its walk
+  // (num_kv_heads per packed item, num_q_heads per other; per item or uniform).
   bool prefill_pack_mixed() const { return prefill_pack_mixed_; }
   int ws_tiles() const { return ws_tiles_; }
   const std::vector<DecodeWorkItem>& decode_items() const { return decode_items_; }

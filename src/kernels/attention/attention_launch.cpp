@@ -115,8 +115,8 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
       p.q_tma_valid = 1;
       p.ws_pack = pack;
       p.ws_mixed = mixed ? 1 : 0;
-      p.ws_num_tiles = mixed ? plan.ws_tiles()
-                             : p.num_prefill_items * (pack > 1 ? p.num_kv_heads : p.num_q_heads);
+      // The plan's walk (uniform or per item) unless the option turned packing off.
+      p.ws_num_tiles = packing ? plan.ws_tiles() : p.num_prefill_items * p.num_q_heads;
     } else {
       // Said once per process: the one-warpgroup tile runs instead, slower.
       static std::once_flag said;
