@@ -262,12 +262,11 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
     }
   }
   // GQA packing: a tile short enough for a KV head's whole group of query
-  // heads packs (PrefillWorkItem::pack). The warp-specialized kernel then runs
-  // one CTA per (packed tile, KV head), each costing what a one-head CTA
-  // costs; prefill_pack() says whether every tile packs.
-  // A tile packs where it can and the step's walk packs (gqa_packable_tiles_pack),
-  // decided before the splits so that the split estimate counts the CTAs
-  // the kernel runs.
+  // heads packs (PrefillWorkItem::pack) where the step's walk packs
+  // (gqa_packable_tiles_pack, decided before the splits so that the split
+  // estimate counts the CTAs the kernel runs). The warp-specialized kernel
+  // then runs one CTA per (packed tile, KV head), each costing what a
+  // one-head CTA costs; prefill_pack() says whether every tile packs.
   const int group = dims.group_size();
   const bool walk_packs = gqa_packable_tiles_pack(
       [&](auto&& f) {
