@@ -21,9 +21,9 @@
 // 8 KB block) and the decodes through ~48 KB in flight per SM, then ~110 KB
 // once the SM's prefill tiles are done.
 //
-// Registers: 112 per thread in warpgroup 0, 200 in the consumers (512 per
-// thread slot of a warpgroup in all); ptxas allocates each setmaxnreg region
-// on its own (docs/pod.md). Shared memory: the prefill's Q and K/V rings and
+// Registers: 120 per thread in warpgroup 0, 192 in the consumers (the 504 of
+// the launch's 168 per thread; ptxas allocates each setmaxnreg region on its
+// own, docs/pod.md). Shared memory: the prefill's Q and K/V rings and
 // barriers (no output staging tile: kFused writes rows from registers), then
 // the two decode warps' rings: 225 KB at head_dim 128.
 //

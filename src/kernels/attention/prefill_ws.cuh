@@ -132,11 +132,13 @@ struct PrefillWsTile {
   static constexpr int kSmemUsed = kSmemQ + 2 * kStages * kSmemKV + kSmemO + 8 * kNumBarriers;
   static constexpr int kSmemBytes = kSmemUsed + 1024;
   // Registers after setmaxnreg (CUTLASS's split for one producer and two
-  // consumer warpgroups: 40 x 128 + 232 x 256 <= 64K). Fused: 112 + 2 x 200
-  // (the consumers compile spill-free at 200, docs/pod.md; the decode warps
-  // need ~100).
-  static constexpr int kProducerRegs = kFused ? 112 : 40;
-  static constexpr int kConsumerRegs = kFused ? 200 : 232;
+  // consumer warpgroups). The three must sum to 3 x 168 = 504, the launch's
+  // allocation (168 per thread for 384 threads): setmaxnreg.inc waits for
+  // registers the CTA's own .dec released, and a larger sum waits forever.
+  // Fused: 120 + 2 x 192, the decode warps' most (they spill ~200 bytes at
+  // 120, none at 200; the consumers compile spill-free at 192).
+  static constexpr int kProducerRegs = kFused ? 120 : 40;
+  static constexpr int kConsumerRegs = kFused ? 192 : 232;
   using E = ElementTraits<T>;
   using Staging = SwizzledTile<kHeadDim>;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
