@@ -142,7 +142,6 @@ struct Args {
   std::string ratio = "auto";
   bool no_fallback = false;  // PodOptions::serial_fallback = false
   int virtual_decode = 0;
-  std::string pod_kernel = "auto";  // PodOptions::kernel
   int prefill_splits = 0;
   int decode_splits = 0;
   int sweep = 200;
@@ -322,7 +321,6 @@ Result<attention::PodOptions> pod_options(const Args& args, const attention::Pod
                                            options.choose_ratio ? "proportional" : args.ratio));
   options.serial_fallback = !args.no_fallback;
   options.virtual_decode = args.virtual_decode;
-  VPOD_ASSIGN_OR_RETURN(options.kernel, attention::parse_pod_kernel_choice(args.pod_kernel));
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
@@ -389,14 +387,13 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
       pod_us += t1 - t0;
       serial_us += t2 - t1;
       const attention::PodConfig& pc = plan.config();
-      plan_text =
-          pc.fused ? fmt::format(
-                         "{}/{} {}+{}x{} {} {} (estimate {:.0f} us, serial {:.0f} us)",
-                         pc.prefill_splits, pc.decode_splits, pc.prefill_ctas, pc.decode_ctas,
-                         pc.virtual_decode, attention::pod_kernel_name(pc.kernel),
-                         attention::pod_ratio_name(pc.ratio), pc.estimate_us, pc.serial_estimate_us)
-                   : fmt::format("serial fallback (estimate {:.0f} us, serial {:.0f} us)",
-                                 pc.estimate_us, pc.serial_estimate_us);
+      plan_text = pc.fused ? fmt::format("{}/{} {}+{}x{} {} (estimate {:.0f} us, serial {:.0f} us)",
+                                         pc.prefill_splits, pc.decode_splits, pc.prefill_ctas,
+                                         pc.decode_ctas, pc.virtual_decode,
+                                         attention::pod_ratio_name(pc.ratio), pc.estimate_us,
+                                         pc.serial_estimate_us)
+                           : fmt::format("serial fallback (estimate {:.0f} us, serial {:.0f} us)",
+                                         pc.estimate_us, pc.serial_estimate_us);
     }
     pod_us /= kReps;
     serial_us /= kReps;
@@ -671,13 +668,9 @@ int run(const Args& args) {
     }
     const std::string plan =
         r.config.fused
-            ? r.config.kernel == attention::PodKernel::ws
-                  ? fmt::format("ws {}/{} {} units", r.config.prefill_splits,
-                                r.config.decode_splits, r.config.decode_tiles)
-                  : fmt::format("{}/{} {}+{}x{} {}", r.config.prefill_splits,
-                                r.config.decode_splits, r.config.prefill_ctas, r.config.decode_ctas,
-                                r.config.virtual_decode,
-                                r.config.ratio == attention::PodRatio::even ? "even" : "prop")
+            ? fmt::format("{}/{} {}+{}x{} {}", r.config.prefill_splits, r.config.decode_splits,
+                          r.config.prefill_ctas, r.config.decode_ctas, r.config.virtual_decode,
+                          r.config.ratio == attention::PodRatio::even ? "even" : "prop")
             : std::string("serial fallback");
     if (r.c.named || rows.size() <= 40 || !r.valid) {
       fmt::print("{:<34} {:>9.4f} {:>9.4f} {:>7.3f}x {:>9.4f} {:>7.2f}x  {:<26} {}\n", r.c.name,
@@ -802,7 +795,6 @@ int run(const Args& args) {
                                 {"prefill_splits", r.config.prefill_splits},
                                 {"decode_splits", r.config.decode_splits},
                                 {"virtual_decode", r.config.virtual_decode},
-                                {"kernel", attention::pod_kernel_name(r.config.kernel)},
                                 {"prefill_ctas", r.config.prefill_ctas},
                                 {"decode_ctas", r.config.decode_ctas},
                                 {"ctas_per_sm", r.config.ctas_per_sm},
@@ -867,12 +859,6 @@ void add_pod_bench(CLI::App& bench) {
       ->capture_default_str();
   add_kernel_option_flags(*cmd, args->kernels);
   cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")
-      ->capture_default_str();
-  cmd->add_option(
-         "--pod-kernel", args->pod_kernel,
-         "the fused kernel: auto (the planner compares both), tiles (128-thread CTAs "
-         "sharing SMs) or ws (the warp-specialized prefill on every SM, decodes on its idle warps)")
-      ->check(CLI::IsMember({"auto", "tiles", "ws"}))
       ->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits, "force prefill KV splits (0: plan)");
   cmd->add_option("--decode-splits", args->decode_splits, "force decode KV splits (0: plan)");

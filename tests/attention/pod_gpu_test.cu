@@ -198,18 +198,14 @@ class PodRun {
   }
 
   // The separate prefill and decode kernels on the same work lists. Against
-  // a fused plan they are the ones the fused kernel embeds: for the tiles
-  // kernel the one-warpgroup wgmma tile (not the warp-specialized kernel,
-  // whose 128-key blocks sum in another order); for the ws kernel the
-  // warp-specialized prefill and the heads decode kernel (its plan's), whose
-  // arithmetic its decode warps run. So the two must agree bit for bit; a
-  // serial-fallback plan runs the default kernels either way.
+  // a fused plan the prefill is the one-warpgroup wgmma tile that the fused
+  // kernel embeds (not the warp-specialized kernel, whose 128-key blocks sum
+  // in another order), so the two must agree bit for bit; a serial-fallback
+  // plan runs the default kernels either way.
   std::vector<std::uint16_t> run_serial() {
     poison();
     KernelOptions kernels = plan_->attention().kernel_options();
-    if (plan_->config().fused && plan_->config().kernel == PodKernel::tiles) {
-      kernels.ws_prefill = false;
-    }
+    if (plan_->config().fused) kernels.ws_prefill = false;
     const AttentionPlan ap = plan_->attention().with_kernel_options(kernels);
     const auto q = view(q_, dims_.num_q_heads), out = view(out_, dims_.num_q_heads);
     const Status p = prefill(ap, buffers_, q, kv(), out, scale(), stream_.get());
@@ -441,11 +437,11 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
          " at row " + std::to_string(decode_worst));
   }
   std::printf(
-      "[pod] %-40s %s %s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= "
+      "[pod] %-40s %s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= "
       "%.2e decode diff %.1e\n",
-      label.c_str(), pod_kernel_name(cfg.kernel), cfg.wgmma_prefill ? "wgmma" : "mma", cfg.grid,
-      cfg.prefill_ctas, cfg.decode_ctas, cfg.virtual_decode, cfg.prefill_splits, cfg.decode_splits,
-      c.err, c.bound, decode_max);
+      label.c_str(), cfg.wgmma_prefill ? "wgmma" : "mma", cfg.grid, cfg.prefill_ctas,
+      cfg.decode_ctas, cfg.virtual_decode, cfg.prefill_splits, cfg.decode_splits, c.err, c.bound,
+      decode_max);
   return ok;
 }
 
@@ -621,59 +617,6 @@ TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
   EXPECT_EQ(failures, 0);
 }
 
-// The warp-specialized fused kernel (pod_ws.cuh) forced on random hybrid
-// batches: small and full machines (a small one leaves most decode units to
-// the consumers after their walk), forced KV splits of both kinds, GQA
-// groups that pack short chunks, both dtypes and head dims; bit for bit
-// against the warp-specialized prefill and the heads decode kernel on the
-// same work lists, and against the fp64 reference. Every fourth batch also
-// replays a CUDA graph of the launch (the decode counters reset themselves).
-TEST(PodGpuTest, WsKernelMatchesSeparateKernelsAndReference) {
-  VPOD_REQUIRE_GPU();
-  std::mt19937_64 rng = fresh_rng("ws kernel");
-  const std::vector<std::pair<int, int>> heads = {{8, 8}, {8, 2}, {32, 8}, {28, 4}, {40, 8}};
-  int failures = 0, ran = 0;
-  for (int b = 0; b < 40; ++b) {
-    auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
-    const auto [hq, hkv] = heads[pick(static_cast<int>(heads.size()))];
-    const AttentionDims dims{hq, hkv, pick(3) ? 128 : 64, pick(2) ? DType::f16 : DType::bf16};
-    PodOptions options = options_for(dims);
-    if (!options.device.ws_kernel) {
-      GTEST_SKIP() << "this GPU does not run the warp-specialized POD kernel";
-    }
-    options.kernel = PodKernelChoice::ws;
-    if (pick(3) == 0) options.device.num_sms = 2 + pick(20);
-    if (pick(4) == 0) options.prefill_splits = 1 + pick(3);
-    if (pick(4) == 0) options.decode_splits = 1 + pick(4);
-    std::vector<SeqSpec> prefills;
-    for (int i = 1 + pick(3); i > 0; --i) {
-      prefills.push_back({pick(3) == 0 ? 0 : pick(1500), 1 + pick(pick(2) ? 600 : 24)});
-    }
-    std::vector<int> decodes;
-    for (int i = 1 + pick(40); i > 0; --i) decodes.push_back(1 + pick(pick(4) == 0 ? 64 : 2500));
-    const KvLayout layout = pick(2) ? KvLayout::per_layer : KvLayout::all_layers;
-    PodRun run(dims, layout, make_batch(prefills, decodes), options, rng);
-    const PodConfig& cfg = run.plan().config();
-    EXPECT_EQ(cfg.kernel, PodKernel::ws) << cfg.reason;
-    EXPECT_EQ(cfg.grid, options.device.num_sms);
-    const std::string label = "ws " + std::to_string(b) + " " + label_of("", dims, layout, 1);
-    if (!check_batch(run, rng, label)) ++failures;
-    if (b % 4 == 0) {
-      const std::vector<std::uint16_t> direct = run.run_pod();
-      const std::vector<std::uint16_t> replayed = run.run_pod({}, /*graph=*/true);
-      EXPECT_EQ(direct, replayed) << label << ": graph replays differ from the direct launch";
-      EXPECT_TRUE(run.counters_are_zero()) << label << ": counters after graph replays";
-    }
-    ++ran;
-    if (failures >= 5) {
-      ADD_FAILURE() << "stopping after 5 failing batches";
-      break;
-    }
-  }
-  EXPECT_EQ(failures, 0);
-  EXPECT_GT(ran, 0);
-}
-
 // Small enough for compute-sanitizer (memcheck, racecheck, synccheck).
 TEST(PodGpuTest, SmallBatchForSanitizer) {
   VPOD_REQUIRE_GPU();
@@ -682,20 +625,9 @@ TEST(PodGpuTest, SmallBatchForSanitizer) {
   for (int v : {1, 2}) {
     const HybridBatch batch = make_batch({{70, 130}, {0, 3}}, {1, 100, 300});
     PodOptions options = options_for(dims, v);
-    options.kernel = PodKernelChoice::tiles;
     options.decode_splits = 2;  // one split decode: the combine path too
     PodRun run(dims, KvLayout::all_layers, batch, options, rng);
     EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::all_layers, v)));
-  }
-  // The warp-specialized kernel on 6 SMs, where it runs.
-  PodOptions options = options_for(dims);
-  if (options.device.ws_kernel) {
-    options.kernel = PodKernelChoice::ws;
-    options.device.num_sms = 6;
-    options.decode_splits = 2;
-    PodRun run(dims, KvLayout::all_layers, make_batch({{70, 130}, {0, 3}}, {1, 100, 300}), options,
-               rng);
-    EXPECT_TRUE(check_batch(run, rng, label_of("small ws", dims, KvLayout::all_layers, 1)));
   }
 }
 
@@ -770,9 +702,7 @@ TEST(PodGpuTest, PlacementDoesNotChangeTheOutput) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch batch = make_batch({{500, 400}}, std::vector<int>(64, 1000));
   for (int v : {1, 2}) {
-    PodOptions options = options_for(dims, v);
-    options.kernel = PodKernelChoice::tiles;  // the kernel that records a trace
-    PodRun run(dims, KvLayout::per_layer, batch, options, rng);
+    PodRun run(dims, KvLayout::per_layer, batch, options_for(dims, v), rng);
     const int grid = run.plan().config().grid;
     cuda::DeviceBuffer trace_a = cuda::DeviceBuffer::allocate(grid * 12).value();
     cuda::DeviceBuffer trace_b = cuda::DeviceBuffer::allocate(grid * 12).value();

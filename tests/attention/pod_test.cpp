@@ -131,18 +131,11 @@ void expect_covers(const HybridBatch& batch, const AttentionDims& dims, const Po
     return;
   }
   const int head_chunks = ceil_div(dims.group_size(), kDecodeRows);
+  EXPECT_EQ(cfg.prefill_ctas, static_cast<int>(ap.prefill_items().size()) * dims.num_q_heads);
   EXPECT_EQ(cfg.decode_tiles,
             static_cast<int>(ap.decode_items().size()) * dims.num_kv_heads * head_chunks);
-  EXPECT_EQ(cfg.grid, cfg.prefill_ctas + cfg.decode_ctas);
-  if (cfg.kernel == PodKernel::ws) {  // one persistent CTA per SM running both kinds
-    EXPECT_GE(cfg.prefill_ctas, 1);
-    EXPECT_EQ(cfg.decode_ctas, 0);
-    EXPECT_EQ(cfg.virtual_decode, 1);
-    EXPECT_EQ(ap.decode_kernel(), DecodeKernel::heads);  // the decode warps' arithmetic
-    return;
-  }
-  EXPECT_EQ(cfg.prefill_ctas, static_cast<int>(ap.prefill_items().size()) * dims.num_q_heads);
   EXPECT_EQ(cfg.decode_ctas, ceil_div(cfg.decode_tiles, cfg.virtual_decode));
+  EXPECT_EQ(cfg.grid, cfg.prefill_ctas + cfg.decode_ctas);
 }
 
 // Split prefill CTAs stay within `limit` unless the estimate gains >= 5%.
@@ -638,78 +631,6 @@ TEST(PodPlanTest, SerialEstimateCountsGqaPacking) {
     expect_covers(batch, dims, p);
   }
   EXPECT_GT(fallbacks_packed, fallbacks_one_head);
-}
-
-// The warp-specialized fused kernel (pod_ws.cuh): where the device runs it,
-// the planner compares it with the tiles kernel and the serial kernels. Its
-// plan is one CTA per SM running the whole prefill walk and the decode units,
-// split until every decode warp of the grid has one (units of at least 16
-// 64-key blocks), covering the batch; more decode work never lowers its
-// estimate; forcing it where it cannot run fails clearly.
-TEST(PodPlanTest, WsKernelPlansEverySmForBothKinds) {
-  const AttentionDims dims{32, 8, 128, DType::f16};
-  PodDevice dev = h200();
-  dev.ws_prefill = true;
-  dev.ws_kernel = true;
-  PodOptions ws = pod_options(dev);
-  ws.kernel = PodKernelChoice::ws;
-  ws.serial_fallback = false;
-  double last_us = 0;
-  for (int decodes : {1, 8, 32, 64, 128, 256}) {
-    const HybridBatch batch = make_batch({{6144, 2048}}, std::vector<int>(decodes, 8192));
-    const PodPlan plan = PodPlan::create(batch, dims, ws).value();
-    const PodConfig& c = plan.config();
-    ASSERT_TRUE(c.fused);
-    EXPECT_EQ(c.kernel, PodKernel::ws) << c.reason;
-    EXPECT_EQ(c.grid, dev.num_sms);
-    EXPECT_EQ(c.decode_tiles, static_cast<int>(plan.attention().decode_items().size()) * 8);
-    // 10 decode warps per SM: units for all of them, or units of 16 blocks.
-    const int per_split = ceil_div(8192 / kDecodeBlockN, c.decode_splits);
-    EXPECT_TRUE(c.decode_tiles >= 10 * dev.num_sms || per_split <= 16)
-        << decodes << " decodes: " << c.decode_tiles << " units of " << per_split << " blocks";
-    EXPECT_GE(c.estimate_us, last_us) << decodes << " decodes: " << c.reason;
-    last_us = c.estimate_us;
-    expect_covers(batch, dims, plan);
-  }
-  // Forced decode splits are honoured.
-  const HybridBatch batch = make_batch({{1000, 700}, {0, 16}}, std::vector<int>(40, 3000));
-  ws.decode_splits = 3;
-  const PodPlan forced = PodPlan::create(batch, dims, ws).value();
-  EXPECT_EQ(forced.config().decode_splits, 3);
-  EXPECT_EQ(forced.config().decode_tiles, 40 * 3 * 8);
-  expect_covers(batch, dims, forced);
-  ws.decode_splits = 0;
-  // Not where the device lacks it, nor without the warp-specialized prefill.
-  PodOptions no_device = ws;
-  no_device.device.ws_kernel = false;
-  const auto refused = PodPlan::create(batch, dims, no_device);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("ws"), std::string::npos);
-  PodOptions no_tma = ws;
-  no_tma.kernels.tma = false;
-  EXPECT_FALSE(PodPlan::create(batch, dims, no_tma).ok());
-  // Automatic: the planner's estimate decides; tiles never takes it; every
-  // plan covers its batch.
-  std::mt19937_64 rng(23);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  PodOptions automatic = pod_options(dev);
-  PodOptions tiles = automatic;
-  tiles.kernel = PodKernelChoice::tiles;
-  int took_ws = 0;
-  for (int b = 0; b < 40; ++b) {
-    const HybridBatch hb = make_batch({{pick(0, 12000), pick(64, 2048)}},
-                                      std::vector<int>(pick(1, 128), pick(512, 16384)));
-    const PodPlan a = PodPlan::create(hb, dims, automatic).value();
-    const PodPlan t = PodPlan::create(hb, dims, tiles).value();
-    EXPECT_NE(t.config().kernel, PodKernel::ws);
-    EXPECT_LE(a.config().estimate_us, t.config().estimate_us * (1 + 1e-9)) << a.config().reason;
-    took_ws += a.config().fused && a.config().kernel == PodKernel::ws;
-    expect_covers(hb, dims, a);
-  }
-  EXPECT_GT(took_ws, 0);
-  EXPECT_EQ(parse_pod_kernel_choice("ws").value(), PodKernelChoice::ws);
-  EXPECT_EQ(parse_pod_kernel_choice("auto").value(), PodKernelChoice::automatic);
-  EXPECT_FALSE(parse_pod_kernel_choice("fast").ok());
 }
 
 // The ratio policy: with choose_ratio the planner takes the other policy only

@@ -57,13 +57,6 @@ Status launch_append(const AppendParams& params, cudaStream_t stream);
 KvAddressing contiguous_addressing(const KvLayerView& kv);
 KvAddressing paged_addressing(const PagedKvView& kv);
 
-// Fills the warp-specialized prefill's fields of `p` (its kv_tma, items and
-// heads already set): the Q tensor maps, the packing and tile count of the
-// walk, its order. Returns whether the kernel can run (a contiguous cache's
-// maps and Q's maps exist, KernelOptions::ws_prefill); otherwise
-// p.q_tma_valid stays 0 and the prefill runs on the one-warpgroup tile.
-bool prepare_ws_prefill(const AttentionPlan& plan, const TensorView& q, AttentionParams& p);
-
 enum class KernelKind { prefill, prefill_ws, decode, decode_heads };
 // CTAs of a kernel that fit on one SM of the current device (occupancy query;
 // prefill: the one-warpgroup kernel the planner's slots count; prefill_ws: the

@@ -101,7 +101,41 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
   if (plan.prefill_items().empty()) return Status();
   AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
   p.kv_tma = maps;
-  detail::prepare_ws_prefill(plan, q, p);
+  // The warp-specialized kernel also loads Q by TMA (it needs both maps):
+  // packed when every item packs, per item when some do (one map for each box).
+  if (maps.valid != 0 && plan.kernel_options().ws_prefill) {
+    const bool packing = plan.kernel_options().ws_gqa_pack;
+    const int pack = packing ? plan.prefill_pack() : 1;
+    const bool mixed = packing && plan.prefill_pack_mixed();
+    Status encoded = encode_q_tensor_map(q, plan.num_tokens(), pack, p.q_tma);
+    if (encoded.ok() && mixed) {
+      encoded = encode_q_tensor_map(q, plan.num_tokens(), plan.dims().group_size(), p.q_tma_packed);
+    }
+    if (encoded.ok()) {
+      p.q_tma_valid = 1;
+      p.ws_pack = pack;
+      p.ws_mixed = mixed ? 1 : 0;
+      // The plan's walk (uniform or per item) unless the option turned packing off.
+      p.ws_num_tiles = packing ? plan.ws_tiles() : p.num_prefill_items * p.num_q_heads;
+    } else {
+      // Said once per process: the one-warpgroup tile runs instead, slower.
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        VPOD_LOG_INFO("attention: no TMA descriptor for q, prefill on the wgmma tile: {}",
+                      encoded.message());
+      });
+    }
+  }
+  // The warp-specialized kernel's tile order (measured in docs/attention.md):
+  // head-major when the items cost alike (chunks over a long context: the
+  // CTAs sharing a KV head then stream its K/V together); item-major, longest
+  // first, otherwise (a causal prompt's tiles run from 1 to n blocks, and
+  // that order balances the persistent CTAs).
+  // (A walk packed per item is item-major.)
+  p.ws_head_major =
+      p.ws_mixed == 0 && (plan.kernel_options().ws_head_major || plan.prefill_items_cost_alike())
+          ? 1
+          : 0;
   const AttentionDims& dims = plan.dims();
   const KernelOptions& options = plan.kernel_options();
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
@@ -177,49 +211,6 @@ Status check_append_inputs(const AttentionPlan& plan, const AttentionBuffers& bu
 }
 
 }  // namespace
-
-namespace detail {
-
-bool prepare_ws_prefill(const AttentionPlan& plan, const TensorView& q, AttentionParams& p) {
-  // The warp-specialized kernel also loads Q by TMA (it needs both maps):
-  // packed when every item packs, per item when some do (one map for each box).
-  if (p.kv_tma.valid != 0 && plan.kernel_options().ws_prefill) {
-    const bool packing = plan.kernel_options().ws_gqa_pack;
-    const int pack = packing ? plan.prefill_pack() : 1;
-    const bool mixed = packing && plan.prefill_pack_mixed();
-    Status encoded = encode_q_tensor_map(q, plan.num_tokens(), pack, p.q_tma);
-    if (encoded.ok() && mixed) {
-      encoded = encode_q_tensor_map(q, plan.num_tokens(), plan.dims().group_size(), p.q_tma_packed);
-    }
-    if (encoded.ok()) {
-      p.q_tma_valid = 1;
-      p.ws_pack = pack;
-      p.ws_mixed = mixed ? 1 : 0;
-      // The plan's walk (uniform or per item) unless the option turned packing off.
-      p.ws_num_tiles = packing ? plan.ws_tiles() : p.num_prefill_items * p.num_q_heads;
-    } else {
-      // Said once per process: the one-warpgroup tile runs instead, slower.
-      static std::once_flag said;
-      std::call_once(said, [&] {
-        VPOD_LOG_INFO("attention: no TMA descriptor for q, prefill on the wgmma tile: {}",
-                      encoded.message());
-      });
-    }
-  }
-  // The warp-specialized kernel's tile order (measured in docs/attention.md):
-  // head-major when the items cost alike (chunks over a long context: the
-  // CTAs sharing a KV head then stream its K/V together); item-major, longest
-  // first, otherwise (a causal prompt's tiles run from 1 to n blocks, and
-  // that order balances the persistent CTAs).
-  // (A walk packed per item is item-major.)
-  p.ws_head_major =
-      p.ws_mixed == 0 && (plan.kernel_options().ws_head_major || plan.prefill_items_cost_alike())
-          ? 1
-          : 0;
-  return p.q_tma_valid != 0;
-}
-
-}  // namespace detail
 
 Status validate_token_view(const char* name, const TensorView& view, const AttentionPlan& plan,
                            int heads) {

@@ -172,14 +172,42 @@ struct DecodeHeadsTile {
 
     // This warp's unit: query heads [head0, head0 + rows).
     const int unit = unit0 + warp;
-    const Rows r = rows_of(p, unit, unit < units);
+    const bool active = unit < units;
+    const int head_chunk = unit % p.decode_head_chunks;
+    const int head0 = (unit / p.decode_head_chunks) * p.group_size + head_chunk * kRows;
+    const int rows = min(kRows, p.group_size - head_chunk * kRows);
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // Q straight into the A fragments: a0 = (g, 2t..), a1 = (g + 8, 2t..),
+    // a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..) of each 16-column k step.
     std::uint32_t q_frag[kKSteps][4];
-    load_q(p, item, r, lane, q_frag);
+    {
+      const T* q_rows = static_cast<const T*>(p.q) +
+                        static_cast<std::int64_t>(item.token_offset) * p.q_token_stride +
+                        static_cast<std::int64_t>(active ? head0 : 0) * kHeadDim + 2 * t;
+      const bool lo = active && g < rows;
+      const bool hi = active && g + 8 < rows;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        const T* r_lo = q_rows + g * kHeadDim + ks * 16;
+        const T* r_hi = r_lo + 8 * kHeadDim;
+        q_frag[ks][0] = lo ? *reinterpret_cast<const std::uint32_t*>(r_lo) : 0u;
+        q_frag[ks][1] = hi ? *reinterpret_cast<const std::uint32_t*>(r_hi) : 0u;
+        q_frag[ks][2] = lo ? *reinterpret_cast<const std::uint32_t*>(r_lo + 8) : 0u;
+        q_frag[ks][3] = hi ? *reinterpret_cast<const std::uint32_t*>(r_hi + 8) : 0u;
+      }
+    }
+
     float o[kDAtoms][4];
-    float row_max[2], row_sum[2];
-    init_acc(o, row_max, row_sum);
-    const std::uint32_t k_lane = k_lane_offset(lane);
-    const std::uint32_t v_lane = v_lane_offset(lane);
+#pragma unroll
+    for (int d = 0; d < kDAtoms; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[d][e] = 0.f;
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+    const std::uint32_t k_lane = Tile::lane_offset((lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
+    const std::uint32_t v_lane = Tile::lane_offset(lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
 
     for (int block = 0; block < num_blocks; ++block) {
       cp_async_wait<kStages - 2>();
@@ -192,177 +220,81 @@ struct DecodeHeadsTile {
         }
         cp_async_commit();
       }
-      if (!r.active) continue;
+      if (!active) continue;
       const std::uint32_t s_k_warp =
           s_ring + (block % kStages) * kSmemStage + warp * kKeys * Tile::kRowBytes;
-      step(
-          p, s_k_warp, s_k_warp + kSmemKV, item.kv_begin + block * kKeys, item.kv_end,
-          [&](int ks, std::uint32_t(&a)[4]) {
-            for (int i = 0; i < 4; ++i) a[i] = q_frag[ks][i];
-          },
-          k_lane, v_lane, lane, o, row_max, row_sum);
+      const std::uint32_t s_v_warp = s_k_warp + kSmemKV;
+
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, s_k_warp + Tile::at(k_lane, 0, ks * 2));
+        const std::uint32_t b_lo[2] = {b[0], b[1]};
+        const std::uint32_t b_hi[2] = {b[2], b[3]};
+        E::mma(s[0], q_frag[ks], b_lo);
+        E::mma(s[1], q_frag[ks], b_hi);
+      }
+      const int key0 = item.kv_begin + block * kKeys;
+      if (key0 + kKeys > item.kv_end) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (key0 + j * 8 + t * 2 + (e & 1) >= item.kv_end) s[j][e] = -INFINITY;
+          }
+        }
+      }
+
+      // Online softmax (see prefill_tile.cuh for the -inf guard).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float block_max =
+            fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+        block_max = quad_max(block_max) * p.scale_log2;
+        const float new_max = fmaxf(row_max[h], block_max);
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        const float correction = exp2_approx(row_max[h] - base);
+        row_max[h] = new_max;
+        float sum = row_sum[h] * correction;
+#pragma unroll
+        for (int d = 0; d < kDAtoms; ++d) {
+          o[d][2 * h] *= correction;
+          o[d][2 * h + 1] *= correction;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = exp2_approx(fmaf(s[j][2 * h + e], p.scale_log2, -base));
+            s[j][2 * h + e] = pr;
+            sum += pr;
+          }
+        }
+        row_sum[h] = sum;
+      }
+
+      const std::uint32_t a[4] = {E::pack(s[0][0], s[0][1]), E::pack(s[0][2], s[0][3]),
+                                  E::pack(s[1][0], s[1][1]), E::pack(s[1][2], s[1][3])};
+#pragma unroll
+      for (int np = 0; np < kDAtoms / 2; ++np) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, s_v_warp + Tile::at(v_lane, 0, np * 2));
+        const std::uint32_t b_lo[2] = {b[0], b[1]};
+        const std::uint32_t b_hi[2] = {b[2], b[3]};
+        E::mma(o[2 * np], a, b_lo);
+        E::mma(o[2 * np + 1], a, b_hi);
+      }
     }
     cp_async_wait<0>();
     if constexpr (kClusterMerge) {
-      cluster_merge(p, item, r.active, r.head0, r.rows, o, row_max, row_sum, smem, lane, warp);
+      cluster_merge(p, item, active, head0, rows, o, row_max, row_sum, smem, lane, warp);
       return;
     }
-    if (!r.active) return;
-    finish(p, item, unit, r, o, row_max, row_sum, lane);
-  }
+    if (!active) return;
 
-  // ---- One warp's unit, in pieces: the heads kernel above and the fused POD
-  // kernel's decode warps (pod_ws_decode.cuh, a ring per warp) run the same
-  // arithmetic, so their rows are the same bits.
-
-  // Query heads [head0, head0 + rows) of unit `unit` (KV head x head chunk).
-  struct Rows {
-    int head0, rows;
-    bool active;
-  };
-  static __device__ __forceinline__ Rows rows_of(const AttentionParams& p, int unit, bool active) {
-    const int head_chunk = unit % p.decode_head_chunks;
-    return {(unit / p.decode_head_chunks) * p.group_size + head_chunk * kRows,
-            min(kRows, p.group_size - head_chunk * kRows), active};
-  }
-
-  // Q straight into the A fragments: a0 = (g, 2t..), a1 = (g + 8, 2t..),
-  // a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..) of each 16-column k step.
-  // This lane's Q addressing: its row g's first element (2t) and whether
-  // rows g and g + 8 are query heads of the unit.
-  struct QLane {
-    const T* row_lo;
-    bool lo, hi;
-  };
-  static __device__ __forceinline__ QLane q_lane(const AttentionParams& p,
-                                                 const DecodeWorkItem& item, const Rows& r,
-                                                 int lane) {
-    const int g = lane / 4;
-    const int t = lane % 4;
-    const T* q_rows = static_cast<const T*>(p.q) +
-                      static_cast<std::int64_t>(item.token_offset) * p.q_token_stride +
-                      static_cast<std::int64_t>(r.active ? r.head0 : 0) * kHeadDim + 2 * t;
-    return {q_rows + g * kHeadDim, r.active && g < r.rows, r.active && g + 8 < r.rows};
-  }
-  static __device__ __forceinline__ void q_step(const QLane& ql, int ks, std::uint32_t (&a)[4]) {
-    const T* r_lo = ql.row_lo + ks * 16;
-    const T* r_hi = r_lo + 8 * kHeadDim;
-    a[0] = ql.lo ? __ldg(reinterpret_cast<const unsigned int*>(r_lo)) : 0u;
-    a[1] = ql.hi ? __ldg(reinterpret_cast<const unsigned int*>(r_hi)) : 0u;
-    a[2] = ql.lo ? __ldg(reinterpret_cast<const unsigned int*>(r_lo + 8)) : 0u;
-    a[3] = ql.hi ? __ldg(reinterpret_cast<const unsigned int*>(r_hi + 8)) : 0u;
-  }
-  static __device__ __forceinline__ void load_q(const AttentionParams& p,
-                                                const DecodeWorkItem& item, const Rows& r, int lane,
-                                                std::uint32_t (&q_frag)[kKSteps][4]) {
-    const QLane ql = q_lane(p, item, r, lane);
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) q_step(ql, ks, q_frag[ks]);
-  }
-
-  static __device__ __forceinline__ void init_acc(float (&o)[kDAtoms][4], float (&row_max)[2],
-                                                  float (&row_sum)[2]) {
-#pragma unroll
-    for (int d = 0; d < kDAtoms; ++d) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[d][e] = 0.f;
-    }
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
-  }
-
-  // Operand addressing of a 16-key K or V block (swizzled rows of a stage).
-  static __device__ __forceinline__ std::uint32_t k_lane_offset(int lane) {
-    return Tile::lane_offset((lane / 16) * 8 + (lane % 8), (lane / 8) % 2);
-  }
-  static __device__ __forceinline__ std::uint32_t v_lane_offset(int lane) {
-    return Tile::lane_offset(lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
-  }
-
-  // Keys [key0, key0 + 16) (those past kv_end masked) from the K and V
-  // blocks at s_k and s_v into the unit's online softmax and O. `q(ks, a)`
-  // gives k step ks's A fragments (load_q's): held in registers, or reloaded
-  // where registers are short (DecodeHeadsWarp).
-  template <typename QFragments>
-  static __device__ __forceinline__ void step(const AttentionParams& p, std::uint32_t s_k,
-                                              std::uint32_t s_v, int key0, int kv_end,
-                                              QFragments&& q, std::uint32_t k_lane,
-                                              std::uint32_t v_lane, int lane,
-                                              float (&o)[kDAtoms][4], float (&row_max)[2],
-                                              float (&row_sum)[2]) {
-    const int t = lane % 4;
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t b[4];
-      ldmatrix_x4(b, s_k + Tile::at(k_lane, 0, ks * 2));
-      const std::uint32_t b_lo[2] = {b[0], b[1]};
-      const std::uint32_t b_hi[2] = {b[2], b[3]};
-      std::uint32_t a[4];
-      q(ks, a);
-      E::mma(s[0], a, b_lo);
-      E::mma(s[1], a, b_hi);
-    }
-    if (key0 + kKeys > kv_end) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (key0 + j * 8 + t * 2 + (e & 1) >= kv_end) s[j][e] = -INFINITY;
-        }
-      }
-    }
-
-    // Online softmax (see prefill_tile.cuh for the -inf guard).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float block_max =
-          fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      block_max = quad_max(block_max) * p.scale_log2;
-      const float new_max = fmaxf(row_max[h], block_max);
-      const float base = new_max == -INFINITY ? 0.f : new_max;
-      const float correction = exp2_approx(row_max[h] - base);
-      row_max[h] = new_max;
-      float sum = row_sum[h] * correction;
-#pragma unroll
-      for (int d = 0; d < kDAtoms; ++d) {
-        o[d][2 * h] *= correction;
-        o[d][2 * h + 1] *= correction;
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = exp2_approx(fmaf(s[j][2 * h + e], p.scale_log2, -base));
-          s[j][2 * h + e] = pr;
-          sum += pr;
-        }
-      }
-      row_sum[h] = sum;
-    }
-
-    const std::uint32_t a[4] = {E::pack(s[0][0], s[0][1]), E::pack(s[0][2], s[0][3]),
-                                E::pack(s[1][0], s[1][1]), E::pack(s[1][2], s[1][3])};
-#pragma unroll
-    for (int np = 0; np < kDAtoms / 2; ++np) {
-      std::uint32_t b[4];
-      ldmatrix_x4_trans(b, s_v + Tile::at(v_lane, 0, np * 2));
-      const std::uint32_t b_lo[2] = {b[0], b[1]};
-      const std::uint32_t b_hi[2] = {b[2], b[3]};
-      E::mma(o[2 * np], a, b_lo);
-      E::mma(o[2 * np + 1], a, b_hi);
-    }
-  }
-
-  // The unit's rows: normalized to `out`, or fp32 plus log-sum-exp to the
-  // split's partial rows, then (counter merge) the last split merges.
-  static __device__ void finish(const AttentionParams& p, const DecodeWorkItem& item, int unit,
-                                const Rows& r, const float (&o)[kDAtoms][4],
-                                const float (&row_max)[2], const float (&row_sum)[2], int lane) {
-    const int g = lane / 4;
-    const int t = lane % 4;
-    const int head0 = r.head0;
-    const int rows = r.rows;
+      // The warp's rows: normalized to `out`, or fp32 plus log-sum-exp to the
+      // split's partial rows.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = g + 8 * h;
@@ -401,8 +333,7 @@ struct DecodeHeadsTile {
     int last = 0;
     if (lane == 0) {
       int* counter =
-          p.plan.decode_counters +
-          static_cast<std::int64_t>(item.combine) * p.num_kv_heads * p.decode_head_chunks + unit;
+          p.plan.decode_counters + static_cast<std::int64_t>(item.combine) * units + unit;
       last = atomicAdd(counter, 1) == c.num_splits - 1;
       if (last) *counter = 0;
     }
@@ -511,91 +442,6 @@ struct DecodeHeadsTile {
         (void)row_sum, (void)smem, (void)lane, (void)warp;
     __trap();  // launched only where the device runs the sm_90 code
 #endif
-  }
-};
-
-// One warp runs one unit alone, with its own ring of kStages 16-key stages:
-// the fused POD kernel's decode warps (pod_ws.cuh), which share their SM with
-// the warp-specialized prefill and so cannot meet at __syncthreads. The
-// arithmetic is DecodeHeadsTile's (rows_of, load_q, step, finish), so a unit's
-// rows are the heads kernel's bits; only the loads are per warp.
-template <typename T, int kHeadDim, int kStages>
-struct DecodeHeadsWarp {
-  using Heads = DecodeHeadsTile<T, kHeadDim>;
-  using Tile = SwizzledTile<kHeadDim>;
-  static constexpr int kKeys = Heads::kKeys;
-  static constexpr int kSmemKV = kKeys * Tile::kRowBytes;  // one K or V block
-  static constexpr int kSmemStage = 2 * kSmemKV;
-  static constexpr int kSmemBytes = kStages * kSmemStage;
-  static constexpr int kRowsPerPass = 32 / Tile::kRowChunks;  // 2 (128 dims) or 4 (64)
-  static constexpr int kLoads = kKeys / kRowsPerPass;         // per lane, of K and of V
-  static_assert(kStages >= 2, "one stage loads while another is read");
-
-  // Keys [key0, key0 + 16) of the unit's KV head into stage `s_stage` (keys
-  // at or past kv_end zero-filled, never read).
-  static __device__ __forceinline__ void load_stage(std::uint32_t s_stage, const KvAddressing& kv,
-                                                    int slot, std::int64_t head_off, int key0,
-                                                    int kv_end, int lane) {
-    const T* k_base = static_cast<const T*>(kv.k);
-    const T* v_base = static_cast<const T*>(kv.v);
-    const int row0 = lane / Tile::kRowChunks;
-    const int chunk = lane % Tile::kRowChunks;
-    const std::int64_t base = static_cast<std::int64_t>(slot) * kv.outer_stride +
-                              static_cast<std::int64_t>(key0 + row0) * kv.token_stride + head_off +
-                              chunk * 8;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int row = row0 + i * kRowsPerPass;
-      const bool valid = key0 + row < kv_end;
-      const std::int64_t offset = valid ? base + i * kRowsPerPass * kv.token_stride : 0;
-      const std::uint32_t dst = s_stage + Tile::offset(row, chunk);
-      cp_async_16(dst, k_base + offset, valid);
-      cp_async_16(dst + kSmemKV, v_base + offset, valid);
-    }
-  }
-
-  // Runs unit `unit` (KV head x head chunk) of decode item `item` on this
-  // warp, its ring at shared address `s_ring` (kSmemBytes, 128-byte aligned).
-  static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int unit,
-                             std::uint32_t s_ring, int lane) {
-    __syncwarp();  // the last unit's reads of the ring are done
-    const typename Heads::Rows r = Heads::rows_of(p, unit, true);
-    const std::int64_t head_off =
-        static_cast<std::int64_t>(unit / p.decode_head_chunks) * p.kv.head_stride;
-    const int num_blocks = (item.kv_end - item.kv_begin + kKeys - 1) / kKeys;
-#pragma unroll
-    for (int stage = 0; stage < kStages - 1; ++stage) {
-      if (stage < num_blocks) {
-        load_stage(s_ring + stage * kSmemStage, p.kv, item.slot, head_off,
-                   item.kv_begin + stage * kKeys, item.kv_end, lane);
-      }
-      cp_async_commit();
-    }
-    // Q is reloaded per block (from L1) instead of held: the 32 registers its
-    // fragments take are what this warp lacks beside the prefill.
-    const typename Heads::QLane ql = Heads::q_lane(p, item, r, lane);
-    float o[Heads::kDAtoms][4];
-    float row_max[2], row_sum[2];
-    Heads::init_acc(o, row_max, row_sum);
-    const std::uint32_t k_lane = Heads::k_lane_offset(lane);
-    const std::uint32_t v_lane = Heads::v_lane_offset(lane);
-    for (int block = 0; block < num_blocks; ++block) {
-      cp_async_wait<kStages - 2>();
-      __syncwarp();  // every lane's loads of this stage landed; block - 1's stage is read
-      const int next = block + kStages - 1;
-      if (next < num_blocks) {
-        load_stage(s_ring + (next % kStages) * kSmemStage, p.kv, item.slot, head_off,
-                   item.kv_begin + next * kKeys, item.kv_end, lane);
-      }
-      cp_async_commit();
-      const std::uint32_t s_k = s_ring + (block % kStages) * kSmemStage;
-      Heads::step(
-          p, s_k, s_k + kSmemKV, item.kv_begin + block * kKeys, item.kv_end,
-          [&](int ks, std::uint32_t(&a)[4]) { Heads::q_step(ql, ks, a); }, k_lane, v_lane, lane, o,
-          row_max, row_sum);
-    }
-    cp_async_wait<0>();
-    Heads::finish(p, item, unit, r, o, row_max, row_sum, lane);
   }
 };
 

@@ -41,17 +41,6 @@ enum class PodRatio { proportional, even };
 Result<PodRatio> parse_pod_ratio(std::string_view name);  // "proportional" | "even"
 const char* pod_ratio_name(PodRatio ratio);
 
-// Which fused kernel runs a step: the 128-thread kernel whose prefill and
-// decode CTAs share SMs (pod_kernel.cuh: the one-warpgroup wgmma prefill
-// tile), or the warp-specialized one (pod_ws.cuh, sm_90a, contiguous caches):
-// one persistent CTA per SM running the warp-specialized prefill's walk, its
-// idle warps (and its consumers, once its prefill tiles are done) decoding.
-enum class PodKernel { tiles, ws };
-const char* pod_kernel_name(PodKernel kernel);
-// Which fused kernels the planner may choose from.
-enum class PodKernelChoice { automatic, tiles, ws };
-Result<PodKernelChoice> parse_pod_kernel_choice(std::string_view name);  // "auto" | "tiles" | "ws"
-
 // Decode tiles per decode CTA ("virtual decode CTAs"): 1 runs the 4-warp decode
 // tile of attention.h; 2 runs two independent 2-warp decode tiles side by side,
 // each synchronized by its own named barrier.
@@ -74,9 +63,6 @@ struct PodDevice {
   bool ws_prefill = false;
   // The serial plans' (the fallback's) cluster-merged decode slots.
   DecodeClusterSlots decode_cluster_slots{};
-  // The warp-specialized POD kernel runs here (its sm_90a code and 225 KB of
-  // shared memory per CTA), beside ws_prefill.
-  bool ws_kernel = false;
 };
 // The current device. The wgmma prefill tile is chosen where the GPU runs its
 // sm_90a code, unless `allow_wgmma` is false (pass KernelOptions::wgmma_prefill,
@@ -108,9 +94,6 @@ struct PodOptions {
   bool explain = false;
   // How the launchers run the plan (PlanOptions::kernels).
   KernelOptions kernels{};
-  // The fused kernels the planner compares (automatic: both where the
-  // warp-specialized one runs; the fallback to serial kernels still applies).
-  PodKernelChoice kernel = PodKernelChoice::automatic;
 };
 
 // What the planner chose for one step, and why.
@@ -119,19 +102,15 @@ struct PodConfig {
   // Mode pod: true runs the fused kernel; false is the serial fallback (the
   // plan is attention.h's own; pod() runs prefill() then decode()).
   bool fused = true;
-  PodKernel kernel = PodKernel::tiles;  // the fused kernel (when fused)
   PodRatio ratio = PodRatio::proportional;
   int virtual_decode = 1;
   bool wgmma_prefill = false;  // the device's prefill tile (PodDevice::wgmma_prefill)
   int ctas_per_sm = 0;         // fused kernel occupancy for that choice
   int prefill_splits = 1;      // passed to AttentionPlan (forced)
   int decode_splits = 1;
-  // Kernel tiles: prefill tiles x query heads (after splits); kernel ws: the
-  // persistent CTAs (SMs), each running prefill tiles and decode units.
-  int prefill_ctas = 0;
-  int decode_tiles = 0;  // decode items x KV heads x head chunks (after splits)
-  // Kernel tiles: ceil(decode_tiles / virtual_decode); ws: 0 (no CTA only decodes).
-  int decode_ctas = 0;
+  int prefill_ctas = 0;    // prefill tiles x query heads (after splits)
+  int decode_tiles = 0;    // decode items x KV heads x head chunks (after splits)
+  int decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
   int grid = 0;            // prefill_ctas + decode_ctas: CTAs of the one launch
   double estimate_us = 0;  // the planner's makespan estimate (H200 calibration)
   // Prefill split beyond max_prefill_ctas because the estimate gained >= 5%

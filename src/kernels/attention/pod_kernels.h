@@ -25,13 +25,6 @@ Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma);
 // Whether the current device runs the wgmma variant's sm_90a code.
 Result<bool> pod_wgmma_runs_here_f16(int head_dim);
 Result<bool> pod_wgmma_runs_here_bf16(int head_dim);
-// The warp-specialized POD kernel (pod_ws.cuh): `grid` persistent CTAs, the
-// first params.prefill_ctas of them prefill, the rest decode. An error where
-// the GPU cannot run its sm_90a code or give it its shared memory.
-Status launch_pod_ws_f16(const PodParams& params, int grid, int head_dim, cudaStream_t stream);
-Status launch_pod_ws_bf16(const PodParams& params, int grid, int head_dim, cudaStream_t stream);
-Result<bool> pod_ws_runs_here_f16(int head_dim);
-Result<bool> pod_ws_runs_here_bf16(int head_dim);
 // %nsmid of the current device, read by a one-thread kernel on `stream`
 // (synchronizes the stream).
 Result<int> query_nsmid(cudaStream_t stream);

@@ -39,35 +39,9 @@ Status check_counters(const PodPlan& plan, const PodCounters& counters, const Po
           fmt::format("POD plan has {} decode tiles per CTA (1 or 2)", virtual_decode));
     }
   }
-  if (trace.data != nullptr && plan.config().kernel == PodKernel::ws) {
-    return invalid_argument("the warp-specialized POD kernel records no trace (plan with tiles)");
-  }
   if (trace.data != nullptr && trace.capacity_ctas < plan.config().grid) {
     return invalid_argument(fmt::format("POD trace holds {} CTAs; the launch has {}",
                                         trace.capacity_ctas, plan.config().grid));
-  }
-  return Status();
-}
-
-// The combine launches of a fused plan's KV splits (they only read the
-// kernel's partials); the decode ones only when the kernel did not merge them.
-Status run_combines(const AttentionPlan& ap, const AttentionParams& a, bool decode_merged,
-                    cudaStream_t stream) {
-  const AttentionDims& dims = ap.dims();
-  for (const auto& [items, count] :
-       {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
-        std::pair{a.plan.decode_combines, decode_merged ? 0 : ap.decode_combines().size()}}) {
-    if (count == 0) continue;
-    CombineParams c;
-    c.items = items;
-    c.num_items = static_cast<std::int32_t>(count);
-    c.partial_o = a.plan.partial_o;
-    c.partial_lse = a.plan.partial_lse;
-    c.out = a.out;
-    c.out_token_stride = a.out_token_stride;
-    c.num_q_heads = a.num_q_heads;
-    c.head_dim = dims.head_dim;
-    VPOD_RETURN_IF_ERROR(detail::launch_combine(c, dims.dtype, dims.head_dim, stream));
   }
   return Status();
 }
@@ -112,23 +86,26 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   if (config.virtual_decode != 1) a.plan.decode_counters = nullptr;
   const bool decode_merged = a.plan.decode_counters != nullptr;
   const KernelOptions& options = ap.kernel_options();
-  if (config.kernel == PodKernel::ws) {
-    // The warp-specialized prefill's fields (Q maps, walk). Its decode warps
-    // merge split decodes through the plan's counters like the tiles kernel.
-    if (!detail::prepare_ws_prefill(ap, q, a)) {
-      return failed_precondition(
-          "the POD plan runs the warp-specialized kernel, but q or the KV cache has no TMA "
-          "descriptor (plan such steps with PodOptions::kernel = tiles)");
-    }
-    VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
-                             ? detail::launch_pod_ws_f16(p, config.grid, dims.head_dim, stream)
-                             : detail::launch_pod_ws_bf16(p, config.grid, dims.head_dim, stream));
-    return run_combines(ap, a, decode_merged, stream);
-  }
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_pod_f16(p, options, dims.head_dim, stream)
                            : detail::launch_pod_bf16(p, options, dims.head_dim, stream));
-  return run_combines(ap, a, decode_merged, stream);
+  // KV splits: one combine per kind (they only read the kernel's partials).
+  for (const auto& [items, count] :
+       {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
+        std::pair{a.plan.decode_combines, decode_merged ? 0 : ap.decode_combines().size()}}) {
+    if (count == 0) continue;
+    CombineParams c;
+    c.items = items;
+    c.num_items = static_cast<std::int32_t>(count);
+    c.partial_o = a.plan.partial_o;
+    c.partial_lse = a.plan.partial_lse;
+    c.out = a.out;
+    c.out_token_stride = a.out_token_stride;
+    c.num_q_heads = a.num_q_heads;
+    c.head_dim = dims.head_dim;
+    VPOD_RETURN_IF_ERROR(detail::launch_combine(c, dims.dtype, dims.head_dim, stream));
+  }
+  return Status();
 }
 
 }  // namespace
@@ -149,11 +126,6 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) 
     VPOD_ASSIGN_OR_RETURN(const int ws_ctas, detail::ctas_per_sm(detail::KernelKind::prefill_ws,
                                                                  dims.dtype, dims.head_dim));
     info.ws_prefill = ws_ctas > 0;
-    if (info.ws_prefill) {
-      VPOD_ASSIGN_OR_RETURN(info.ws_kernel, dims.dtype == DType::f16
-                                                ? detail::pod_ws_runs_here_f16(dims.head_dim)
-                                                : detail::pod_ws_runs_here_bf16(dims.head_dim));
-    }
   }
   VPOD_ASSIGN_OR_RETURN(info.decode_cluster_slots, query_decode_cluster_slots(dims));
   for (int v = 1; v <= kPodMaxVirtualDecode; ++v) {

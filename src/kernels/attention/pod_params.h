@@ -42,15 +42,11 @@ VPOD_POD_HOST_DEVICE inline int pod_ticket_kind(unsigned ticket, int prefill, in
   return prefill_turn ? 0 : 1;
 }
 
-// Parameters of both fused kernels: the 128-thread one (pod_kernel.cuh), and
-// the warp-specialized one (pod_ws.cuh), which reads only attn (with its
-// warp-specialized prefill fields filled), counters, prefill_ctas (its
-// persistent prefill CTAs) and decode_tiles.
 struct PodParams {
   AttentionParams attn;
   std::uint32_t* counters = nullptr;  // [kPodCounterHeader + num_sm_counters], zero at launch
   std::int32_t num_sm_counters = 0;
-  std::int32_t prefill_ctas = 0;    // prefill work items x query heads (ws: prefill CTAs)
+  std::int32_t prefill_ctas = 0;    // prefill work items x query heads
   std::int32_t decode_tiles = 0;    // decode work items x KV heads x head chunks
   std::int32_t decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
   std::int32_t virtual_decode = 1;  // decode tiles per decode CTA: 1 or 2

@@ -57,19 +57,6 @@ constexpr double kFluidCtaBlocksPerUs128 = 0.85;
 constexpr double kSplitGain = 0.015;
 // The other ratio policy is taken for at least this estimated gain.
 constexpr double kRatioSwitchGain = 0.02;
-// The warp-specialized POD kernel (pod_ws.cuh): every SM runs the
-// warp-specialized prefill's walk (kWsPrefillSpeedup), slowed by
-// kWsPrefillSlowdown for its decode warps' work, while its two early decode
-// warps stream at most kWsEarlyBlocksPerUs128 64-key blocks (32 KB at
-// head_dim 128) per us; once the SM's prefill is done, its ten decode warps
-// stream kWsLateBlocksPerUs128. All SMs together at most the HBM's
-// kFluidBandwidthBlocksPerUs128. Decode units of at least kWsMinUnitBlocks,
-// split until the grid has about one per decode warp.
-constexpr double kWsPrefillSlowdown = 1.05;
-constexpr double kWsEarlyBlocksPerUs128 = 1.0;
-constexpr double kWsLateBlocksPerUs128 = 1.85;
-constexpr int kWsDecodeWarpsPerSm = 10;
-constexpr int kWsMinUnitBlocks = 16;
 // Decode split candidates stop once the decode CTAs exceed this many waves.
 constexpr long long kFluidMaxDecodeWaves = 4;
 // Beyond this many waves of (grouped) CTAs the simulation gives way to the
@@ -326,70 +313,7 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   return e;
 }
 
-// The warp-specialized POD kernel's plan: the splits of each kind and the
-// makespan estimate.
-struct WsChoice {
-  int prefill_splits = 1, decode_splits = 1;
-  double prefill_us = 0, us = 0;
-  bool set = false;
-};
-
-// The warp-specialized POD kernel on `num_sms` SMs: the prefill as the serial
-// warp-specialized prefill's model on the whole machine (kWsPrefillSlowdown
-// slower), the decode bytes streamed at the early rate while it runs and at
-// the late rate after it.
-WsChoice plan_ws(const Shape& shape, const AttentionDims& dims, const Model& base, int num_sms,
-                 int prefill_splits_limit, int forced_decode_splits, Scratch& scratch) {
-  WsChoice c;
-  Model m = base;
-  m.num_sms = num_sms;
-  m.ctas_per_sm = 2;  // the model's prefill slots: one ws CTA runs about two slots' tiles
-  m.group = 1;
-  for (int s = 1; s <= prefill_splits_limit; s *= 2) {
-    const double us = estimate(shape, dims, m, s, 1, 1, scratch, Kinds::prefill_only).us;
-    if (s == 1 || us < c.prefill_us * (1 - kSplitGain)) {
-      c.prefill_us = us;
-      c.prefill_splits = s;
-    } else {
-      break;
-    }
-  }
-  const int tiles_per_decode = dims.num_kv_heads * ceil_div(dims.group_size(), kDecodeRows);
-  double blocks = 0;
-  for (int b : scratch.decode_blocks) blocks += static_cast<double>(b) * tiles_per_decode;
-  // Splits: the fewest that give every decode warp of the grid a unit, with
-  // units of at least kWsMinUnitBlocks.
-  const long long warps = static_cast<long long>(num_sms) * kWsDecodeWarpsPerSm;
-  const int max_splits = std::max(1, shape.max_decode_blocks / kWsMinUnitBlocks);
-  for (c.decode_splits = 1; forced_decode_splits == 0 && c.decode_splits < max_splits;
-       ++c.decode_splits) {
-    const int chunk = ceil_div(shape.max_decode_blocks, c.decode_splits);
-    long long units = 0;
-    for (int b : scratch.decode_blocks) units += ceil_div(b, chunk);
-    if (units * tiles_per_decode >= warps) break;
-  }
-  if (forced_decode_splits > 0) c.decode_splits = forced_decode_splits;
-  const double rate_scale = 128.0 / dims.head_dim;
-  const double bandwidth = kFluidBandwidthBlocksPerUs128 * rate_scale;
-  const double early = std::min(bandwidth, num_sms * kWsEarlyBlocksPerUs128 * rate_scale);
-  const double late = std::min(bandwidth, num_sms * kWsLateBlocksPerUs128 * rate_scale);
-  const double prefill_us = c.prefill_us * kWsPrefillSlowdown;
-  const double left = std::max(0.0, blocks - early * prefill_us);
-  c.us = prefill_us + left / late;
-  c.set = true;
-  return c;
-}
-
 }  // namespace
-
-const char* pod_kernel_name(PodKernel kernel) { return kernel == PodKernel::ws ? "ws" : "tiles"; }
-
-Result<PodKernelChoice> parse_pod_kernel_choice(std::string_view name) {
-  if (name == "auto") return PodKernelChoice::automatic;
-  if (name == "tiles") return PodKernelChoice::tiles;
-  if (name == "ws") return PodKernelChoice::ws;
-  return invalid_argument(fmt::format("POD kernel '{}' is not auto, tiles or ws", name));
-}
 
 Result<AttentionMode> parse_attention_mode(std::string_view name) {
   if (name == "pod") return AttentionMode::pod;
@@ -669,29 +593,12 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   const Choice& chosen = decision.chosen();
   const int best_prefill = chosen.prefill, best_decode = chosen.decode;
   const Estimate& best = chosen.e;
-  // The warp-specialized kernel: where it runs, for a batch of both kinds.
-  const bool ws_runs = dev.ws_kernel && model.ws_prefill;
-  if (options.kernel == PodKernelChoice::ws && !ws_runs) {
-    return failed_precondition(
-        "POD kernel ws needs an sm_90a GPU that runs it (PodDevice::ws_kernel) and the "
-        "warp-specialized prefill with TMA (KernelOptions)");
-  }
-  WsChoice ws;
-  if (ws_runs && has_prefill && has_decode && options.kernel != PodKernelChoice::tiles) {
-    model.even = false;
-    ws = plan_ws(
-        shape, dims, model, dev.num_sms,
-        std::clamp(shape.max_tile_blocks / kMinPrefillBlocksPerSplit, 1, kMaxPodPrefillSplits),
-        options.decode_splits, scratch);
-  }
-  const bool take_ws = ws.set && (options.kernel == PodKernelChoice::ws || ws.us < best.us);
-  const double fused_us = take_ws ? ws.us : best.us;
   config.ratio = decision.ratio;
   config.serial_estimate_us = serial_us;
-  config.estimate_us = fused_us;
-  config.estimate_within_limit_us = take_ws ? ws.us : within.e.us;
-  config.prefill_beyond_limit = !take_ws && go_beyond;
-  if (options.serial_fallback && serial_us > 0 && fused_us >= serial_us) {
+  config.estimate_us = best.us;
+  config.estimate_within_limit_us = within.e.us;
+  config.prefill_beyond_limit = go_beyond;
+  if (options.serial_fallback && serial_us > 0 && best.us >= serial_us) {
     // The serial fallback: attention.h's own plan, run by prefill() and decode().
     VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
                                      {.num_sms = dev.num_sms,
@@ -704,38 +611,6 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                      "serial fallback: fused estimate {:.0f} us ({}/{} splits, ratio {}) does not "
                      "beat the serial kernels' {:.0f} us",
                      best.us, best_prefill, best_decode, pod_ratio_name(decision.ratio), serial_us);
-      if (ws.set) {
-        fmt::format_to(std::back_inserter(config.reason), "; ws kernel {:.0f} us", ws.us);
-      }
-    }
-    return Status();
-  }
-  if (take_ws) {
-    // The prefill side is planned as the standalone warp-specialized prefill
-    // (its walk, packing and order), the decodes as the heads decode kernel's
-    // units (the decode warps' arithmetic), split as chosen.
-    VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
-                                     {.num_sms = dev.num_sms,
-                                      .prefill_splits = ws.prefill_splits,
-                                      .decode_splits = ws.decode_splits,
-                                      .decode_kernel = DecodeKernel::heads,
-                                      .kernels = options.kernels}));
-    config.kernel = PodKernel::ws;
-    config.virtual_decode = 1;
-    config.wgmma_prefill = dev.wgmma_prefill;
-    config.ctas_per_sm = 1;
-    config.prefill_splits = ws.prefill_splits;
-    config.decode_splits = ws.decode_splits;
-    config.prefill_ctas = dev.num_sms;
-    config.decode_tiles = static_cast<int>(plan_.decode_items().size()) * tiles_per_decode;
-    config.decode_ctas = 0;
-    config.grid = dev.num_sms;
-    if (options.explain) {
-      fmt::format_to(std::back_inserter(config.reason),
-                     "ws kernel: prefill splits {} ({:.0f} us alone), {} decode units (splits {}) "
-                     "-> {:.0f} us; tiles kernel {:.0f} us; serial estimate {:.0f} us",
-                     ws.prefill_splits, ws.prefill_us, config.decode_tiles, ws.decode_splits, ws.us,
-                     best.us, serial_us);
     }
     return Status();
   }

@@ -105,11 +105,7 @@ struct RingState {
 
 }  // namespace ws
 
-// kFused: the fused POD kernel's variant (pod_ws.cuh): the same walk and
-// arithmetic, no output staging tile (its rows go straight from registers to
-// memory, leaving the shared memory to the decode warps' rings) and a register
-// split that leaves the producer warpgroup's decode warps 112 per thread.
-template <typename T, int kHeadDim, bool kFused = false>
+template <typename T, int kHeadDim>
 struct PrefillWsTile {
   static constexpr int kBlockM = kPrefillBlockM;  // 128: one m64 half per consumer
   static constexpr int kBlockN = 128;             // keys per block
@@ -125,20 +121,15 @@ struct PrefillWsTile {
   static constexpr int kRowChunks = kHeadDim / 8;
   static constexpr int kSmemQ = kBlockM * kHeadDim * 2;
   static constexpr int kSmemKV = kBlockN * kHeadDim * 2;  // one K or V block
-  static constexpr int kSmemO = kFused ? 0 : kBlockM * kHeadDim * 2;
+  static constexpr int kSmemO = kBlockM * kHeadDim * 2;
   // Barriers: q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty.
   static constexpr int kNumBarriers = 2 + 4 * kStages;
-  // Bytes from the 1024-aligned base (Smem), and the dynamic allocation.
-  static constexpr int kSmemUsed = kSmemQ + 2 * kStages * kSmemKV + kSmemO + 8 * kNumBarriers;
-  static constexpr int kSmemBytes = kSmemUsed + 1024;
+  static constexpr int kSmemBytes =
+      kSmemQ + 2 * kStages * kSmemKV + kSmemO + 8 * kNumBarriers + 1024;
   // Registers after setmaxnreg (CUTLASS's split for one producer and two
-  // consumer warpgroups). The three must sum to 3 x 168 = 504, the launch's
-  // allocation (168 per thread for 384 threads): setmaxnreg.inc waits for
-  // registers the CTA's own .dec released, and a larger sum waits forever.
-  // Fused: 120 + 2 x 192, the decode warps' most (they spill ~200 bytes at
-  // 120, none at 200; the consumers compile spill-free at 192).
-  static constexpr int kProducerRegs = kFused ? 120 : 40;
-  static constexpr int kConsumerRegs = kFused ? 192 : 232;
+  // consumer warpgroups: 40 x 128 + 232 x 256 <= 64K).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
   using E = ElementTraits<T>;
   using Staging = SwizzledTile<kHeadDim>;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
@@ -553,24 +544,7 @@ struct PrefillWsTile {
     const int num_rows = min(kBlockM / pack, tile.seq.num_new - tile.item.q_begin) * pack;
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_sum[h] = quad_sum(row_sum[h]);
-    if (kFused && tile.item.partial_row < 0) {
-      // No staging tile: each thread's two rows, 4 bytes per store.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wg * 64 + warp * 16 + lane / 4 + 8 * h;
-        if (row >= num_rows) continue;
-        const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
-        T* dst = static_cast<T*>(p.out) +
-                 static_cast<std::int64_t>(tile.seq.token_offset + tile.item.q_begin + row / pack) *
-                     p.out_token_stride +
-                 static_cast<std::int64_t>(tile.q_head + row % pack) * kHeadDim + (lane % 4) * 2;
-#pragma unroll
-        for (int d = 0; d < kHeadDim / 8; ++d) {
-          *reinterpret_cast<std::uint32_t*>(dst + d * 8) =
-              E::pack(o[4 * d + 2 * h] * inv, o[4 * d + 2 * h + 1] * inv);
-        }
-      }
-    } else if (tile.item.partial_row < 0) {
+    if (tile.item.partial_row < 0) {
       // Normalize, convert, stage the warpgroup's 64 rows (swizzled 16-byte
       // chunks) and write them with coalesced 16-byte stores.
       char* staging = smem + (sm.o - sm.q);
@@ -628,19 +602,6 @@ struct PrefillWsTile {
     }
   }
 
-  // Thread 0, before the CTA's first __syncthreads.
-  static __device__ __forceinline__ void init_barriers(const Smem& sm) {
-    wgmma::mbarrier_init(sm.q_full(), 1);
-    wgmma::mbarrier_init(sm.q_empty(), 4 * kConsumers);
-    for (int s = 0; s < kStages; ++s) {
-      wgmma::mbarrier_init(sm.k_full(s), 1);
-      wgmma::mbarrier_init(sm.k_empty(s), 4 * kConsumers);
-      wgmma::mbarrier_init(sm.v_full(s), 1);
-      wgmma::mbarrier_init(sm.v_empty(s), 4 * kConsumers);
-    }
-    wgmma::fence_mbarrier_init();
-  }
-
   static __device__ void run(const AttentionParams& p, char* smem_raw) {
 #ifdef VPOD_ATTENTION_HAVE_WGMMA
     const int tid = static_cast<int>(threadIdx.x);
@@ -648,7 +609,17 @@ struct PrefillWsTile {
     const std::uint32_t base = (raw + 1023u) & ~1023u;
     const Smem sm(base);
     char* smem = smem_raw + (base - raw);
-    if (tid == 0) init_barriers(sm);
+    if (tid == 0) {
+      wgmma::mbarrier_init(sm.q_full(), 1);
+      wgmma::mbarrier_init(sm.q_empty(), 4 * kConsumers);
+      for (int s = 0; s < kStages; ++s) {
+        wgmma::mbarrier_init(sm.k_full(s), 1);
+        wgmma::mbarrier_init(sm.k_empty(s), 4 * kConsumers);
+        wgmma::mbarrier_init(sm.v_full(s), 1);
+        wgmma::mbarrier_init(sm.v_empty(s), 4 * kConsumers);
+      }
+      wgmma::fence_mbarrier_init();
+    }
     __syncthreads();
     const int wg = tid / 128;
     if (wg == 0) {
