@@ -127,9 +127,17 @@ struct PrefillWsTile {
   static constexpr int kSmemBytes =
       kSmemQ + 2 * kStages * kSmemKV + kSmemO + 8 * kNumBarriers + 1024;
   // Registers after setmaxnreg (CUTLASS's split for one producer and two
-  // consumer warpgroups: 40 x 128 + 232 x 256 <= 64K).
+  // consumer warpgroups). setmaxnreg only moves registers the CTA already
+  // has: the launch gives each thread 65536 / kThreads rounded down to 8
+  // (168), and a consumer's .inc waits until the producer's .dec freed what
+  // it asks for. The split must therefore fit 3 x 168 = 504 per thread slot,
+  // not the 512 the register file would suggest: 112 + 2 x 200 hangs every
+  // launch (measured on the H200, docs/pod.md).
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * kLaunchRegs,
+                "setmaxnreg can only redistribute the launch's registers");
   using E = ElementTraits<T>;
   using Staging = SwizzledTile<kHeadDim>;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
