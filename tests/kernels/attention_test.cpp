@@ -535,8 +535,9 @@ TEST(AttentionPlanTest, GqaWalkRule) {
   EXPECT_FALSE(rule({{128, 100}, {33, 101}}));          // no tile fits
   EXPECT_TRUE(rule({{16, 65}, {32, 10}}));              // every tile packs: uniform packed walk
   EXPECT_TRUE(rule({{128, 16}, {128, 17}, {16, 65}}));  // turns beside a chunk: costs differ
-  // Costs alike, one packable tile of 17: packing saves 17 x 24 of 17 x 32 x
-  // 17 key-block heads (under an eighth): the uniform walk.
+  // Costs alike, one packable tile of 17 (120 blocks each): packing saves
+  // 120 x 24 of 17 x 120 x 32 key-block heads (under an eighth): the uniform
+  // walk.
   Tiles alike(16, {128, 120});
   alike.push_back({16, 120});
   EXPECT_FALSE(rule(alike));
