@@ -253,7 +253,10 @@ def kernels(rep, res):
                f"the other, over {len(speedups)} hybrid batches: mean {mean:.2f}x, median "
                f"{statistics.median(speedups):.2f}x, max {max(speedups):.2f}x, "
                f"{sum(s < 1.0 for s in speedups)} batches slower. The POD-Attention paper reports "
-               f"attention speedups of up to 75% (mean 28%) on an A100 (59% in its ASPLOS version).")
+               f"attention speedups of up to 75% (mean 28%) on an A100 (59% in its ASPLOS version). "
+               f"`vpod bench pod` times each kernel in bursts of 10 to 100 back-to-back launches, "
+               f"before the GPU settles at its power limit; sustained at the limit the fused kernel "
+               f"keeps less of its gain (docs/pod.md, *At the power cap*).")
 
 
 def hybrid_docs(res, names):
