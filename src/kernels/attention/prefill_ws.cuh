@@ -426,6 +426,20 @@ struct PrefillWsTile {
   }
 #endif
 
+  // A branch never taken (kv_end >= 0) that reads the softmax's row sums:
+  // ptxas schedules wgmma.wait_group like an instruction without inputs, and
+  // within one basic block it hoists the wait for P V above the softmax,
+  // which then no longer overlaps the P V. The branch ends the block after
+  // the softmax, and its read makes the whole softmax precede it.
+  static __device__ __forceinline__ void softmax_done(const float (&row_sum)[2], std::uint32_t dst,
+                                                      int kv_end) {
+    if (kv_end < 0) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(row_sum[0]),
+                   "f"(row_sum[1])
+                   : "memory");
+    }
+  }
+
   // One lane per warp arrives on an empty barrier (8 arrivals complete it).
   static __device__ __forceinline__ void release(std::uint32_t bar, int lane) {
     if (lane == 0) ws::mbarrier_arrive(bar);
@@ -515,6 +529,7 @@ struct PrefillWsTile {
           mask_block(s, key0, kv_end, pos_rows, lane);
         }
         online_softmax(s, row_max, row_sum, correction, p.scale_log2);
+        softmax_done(row_sum, sm.o, kv_end);
         wgmma::wait<0>();  // P V done: O and the V stage are free
         wgmma::fence_operands(o);
         release(sm.v_empty(v_ring.stage), lane);
