@@ -426,16 +426,16 @@ struct PrefillWsTile {
   }
 #endif
 
-  // A branch never taken (kv_end >= 0) that reads the softmax's row sums:
-  // ptxas schedules wgmma.wait_group like an instruction without inputs, and
-  // within one basic block it hoists the wait for P V above the softmax,
-  // which then no longer overlaps the P V. The branch ends the block after
-  // the softmax, and its read makes the whole softmax precede it.
+  // Ends the softmax's basic block: a branch never taken (kv_end >= 0; it
+  // would write the row sums into the output staging tile, rewritten before
+  // the epilogue reads it) whose store reads the softmax's row sums. Without
+  // it ptxas placed the wait for P V (WARPGROUP.DEPBAR.LE gsb0, 0x0) above the
+  // softmax in the SASS, so the softmax ran after the P V instead of beside
+  // it (docs/attention.md, "The softmax beside P V").
   static __device__ __forceinline__ void softmax_done(const float (&row_sum)[2], std::uint32_t dst,
                                                       int kv_end) {
     if (kv_end < 0) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(row_sum[0]),
-                   "f"(row_sum[1])
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(row_sum[0]), "f"(row_sum[1])
                    : "memory");
     }
   }
