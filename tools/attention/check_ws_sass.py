@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Checks the machine code of the warp-specialized prefill (prefill_ws.cuh).
+
+The kernel's consumer loop issues S = Q K^T and P V together, waits for S
+(wgmma.wait_group 1), runs the softmax while P V is on the tensor cores, then
+waits for P V (wait_group 0). ptxas may move that second wait above the
+softmax (it did until 582b89d: 2-3% of the kernel, docs/attention.md, "The
+softmax beside P V"), or serialize every wgmma (C7513/C7514), and neither
+shows as an error. This reads the SASS of each instantiation in libvpod.so
+and fails unless
+  - some `WARPGROUP.DEPBAR.LE gsb0, 0x1` is followed, before the next
+    `WARPGROUP.DEPBAR.LE gsb0, 0x0`, by a whole block's softmax: at least
+    kBlockN / 2 = 64 `MUFU.EX2` per thread, and
+  - the kernel has fewer wgmma waits than half its HGMMA instructions (a
+    serialized kernel waits after every one).
+
+Usage: check_ws_sass.py LIBVPOD_SO   (exit 77: cannot check here, and why)
+       check_ws_sass.py --self-test  (the rules on synthetic SASS)
+cuobjdump comes from PATH or the pinned `nvidia-cuda-cuobjdump` wheel
+(tools/requirements-test.txt); it needs nvdisasm (`nvidia-cuda-nvdisasm`) beside it.
+"""
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+
+SKIP = 77
+EXPS_PER_BLOCK = 64  # kBlockN / 2: one key block's exponentials per consumer thread
+
+# The instantiations in attention_f16.cu / attention_bf16.cu.
+KERNELS = [
+    f"_ZN4vpod9attention6device17prefill_ws_kernelI{t}Li{d}EEEvNS0_15AttentionParamsE"
+    for t in ("6__half", "13__nv_bfloat16")
+    for d in (64, 128)
+]
+
+WAIT_S = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b")
+WAIT_ALL = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
+WAIT_ANY = re.compile(r"WARPGROUP\.DEPBAR")
+EX2 = re.compile(r"\bMUFU\.EX2\b")
+HGMMA = re.compile(r"\bHGMMA\.")
+
+
+def check_sass(sass):
+    """Returns None when the loop's softmax sits between the waits, else why not."""
+    lines = sass.splitlines()
+    hgmma = sum(1 for line in lines if HGMMA.search(line))
+    waits = sum(1 for line in lines if WAIT_ANY.search(line))
+    if hgmma == 0:
+        return "no HGMMA instruction: not the wgmma kernel"
+    if 2 * waits >= hgmma:
+        return f"{waits} wgmma waits for {hgmma} HGMMA: the wgmmas are serialized (C7513/C7514)"
+    best = -1
+    for i, line in enumerate(lines):
+        if not WAIT_S.search(line):
+            continue
+        exps = 0
+        for later in lines[i + 1 :]:
+            if WAIT_ALL.search(later):
+                break
+            if EX2.search(later):
+                exps += 1
+        best = max(best, exps)
+    if best < 0:
+        return "no 'WARPGROUP.DEPBAR.LE gsb0, 0x1': the loop no longer waits for S alone"
+    if best < EXPS_PER_BLOCK:
+        return (
+            f"at most {best} MUFU.EX2 between the wait for S and the wait for P V "
+            f"(a block's softmax has {EXPS_PER_BLOCK}): ptxas moved the P V wait above the softmax"
+        )
+    return None
+
+
+def self_test():
+    issue = "        /*0010*/ HGMMA.64x128x16.F32 R24, gdesc[UR20], R24 ;\n" * 16
+    ex2 = "        /*0100*/ MUFU.EX2 R152, R24 ;\n" * EXPS_PER_BLOCK
+    wait_s = "        /*0200*/ WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
+    wait_all = "        /*0300*/ WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+    good = issue + wait_s + ex2 + wait_all
+    hoisted = issue + wait_s + wait_all + ex2
+    serial = ("        /*0010*/ HGMMA.64x128x16.F32 R24, gdesc[UR20], R24 ;\n" + wait_all) * 16
+    cases = [(good, True), (hoisted, False), (serial, False), (ex2, False)]
+    for n, (sass, passes) in enumerate(cases):
+        why = check_sass(sass)
+        if (why is None) != passes:
+            print(f"self-test case {n}: expected {'pass' if passes else 'fail'}, got {why}")
+            return 1
+    print("self-test: the rules accept the good loop and reject a hoisted wait and serialization")
+    return 0
+
+
+def find_tools():
+    """cuobjdump and nvdisasm as an executable pair in one folder, or None."""
+    found = shutil.which("cuobjdump")
+    if found and (shutil.which("nvdisasm") or os.environ.get("NVDISASM_PATH")):
+        return found, None
+    paths = {}
+    for dist, tool in (("nvidia-cuda-cuobjdump", "cuobjdump"), ("nvidia-cuda-nvdisasm", "nvdisasm")):
+        try:
+            files = metadata.files(dist) or []
+        except metadata.PackageNotFoundError:
+            return None
+        for f in files:
+            if f.name == tool:
+                paths[tool] = str(f.locate())
+    if len(paths) != 2:
+        return None
+    # Wheels do not always keep the executable bit: run copies that have it.
+    work = tempfile.mkdtemp(prefix="vpod-sass-")
+    for tool, path in paths.items():
+        dst = os.path.join(work, tool)
+        shutil.copyfile(path, dst)
+        os.chmod(dst, os.stat(dst).st_mode | stat.S_IXUSR)
+    return os.path.join(work, "cuobjdump"), work
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--self-test":
+        return self_test()
+    if len(argv) != 2:
+        print(__doc__)
+        return 2
+    if self_test() != 0:
+        return 1
+    library = argv[1]
+    tools = find_tools()
+    if tools is None:
+        print("SKIPPED: no cuobjdump + nvdisasm (pip install -r tools/requirements-test.txt)")
+        return SKIP
+    cuobjdump, work = tools
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")
+    try:
+        elves = subprocess.run([cuobjdump, "--list-elf", library], capture_output=True, text=True,
+                               env=env, check=False)
+        if "sm_90a" not in elves.stdout:
+            print(f"SKIPPED: {library} has no sm_90a code (VPOD_CUDA_ARCHS without 90a)")
+            return SKIP
+        failed = 0
+        for kernel in KERNELS:
+            dump = subprocess.run([cuobjdump, "--dump-sass", "-fun", kernel, library],
+                                  capture_output=True, text=True, env=env, check=False)
+            if dump.returncode != 0 or "Function : " not in dump.stdout:
+                print(f"FAIL {kernel}: not in {library} ({dump.stderr.strip()[:200]})")
+                failed += 1
+                continue
+            why = check_sass(dump.stdout)
+            if why:
+                print(f"FAIL {kernel}: {why}")
+                failed += 1
+            else:
+                print(f"ok   {kernel}")
+        return 1 if failed else 0
+    finally:
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
