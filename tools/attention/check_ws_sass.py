@@ -12,7 +12,9 @@ and fails unless
     `WARPGROUP.DEPBAR.LE gsb0, 0x0`, by a whole block's softmax: at least
     kBlockN / 2 = 64 `MUFU.EX2` per thread, and
   - the kernel has fewer wgmma waits than half its HGMMA instructions (a
-    serialized kernel waits after every one).
+    serialized kernel waits after every one), and
+  - no local-memory traffic (STL/LDL: the consumers use ~228 of their 232
+    registers, and a spill inside the loop would cost more than the overlap).
 
 Usage: check_ws_sass.py LIBVPOD_SO   (exit 77: cannot check here, and why)
        check_ws_sass.py --self-test  (the rules on synthetic SASS)
@@ -43,6 +45,7 @@ WAIT_ALL = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
 WAIT_ANY = re.compile(r"WARPGROUP\.DEPBAR")
 EX2 = re.compile(r"\bMUFU\.EX2\b")
 HGMMA = re.compile(r"\bHGMMA\.")
+LOCAL = re.compile(r"\b(STL|LDL)(\.|\s)")
 
 
 def check_sass(sass):
@@ -52,6 +55,9 @@ def check_sass(sass):
     waits = sum(1 for line in lines if WAIT_ANY.search(line))
     if hgmma == 0:
         return "no HGMMA instruction: not the wgmma kernel"
+    spills = sum(1 for line in lines if LOCAL.search(line))
+    if spills:
+        return f"{spills} local-memory instructions (STL/LDL): registers spill"
     if 2 * waits >= hgmma:
         return f"{waits} wgmma waits for {hgmma} HGMMA: the wgmmas are serialized (C7513/C7514)"
     best = -1
@@ -83,13 +89,15 @@ def self_test():
     good = issue + wait_s + ex2 + wait_all
     hoisted = issue + wait_s + wait_all + ex2
     serial = ("        /*0010*/ HGMMA.64x128x16.F32 R24, gdesc[UR20], R24 ;\n" + wait_all) * 16
-    cases = [(good, True), (hoisted, False), (serial, False), (ex2, False)]
+    spill = good + "        /*0400*/ STL.64 [R1+0x8], R8 ;\n"
+    cases = [(good, True), (hoisted, False), (serial, False), (ex2, False), (spill, False)]
     for n, (sass, passes) in enumerate(cases):
         why = check_sass(sass)
         if (why is None) != passes:
             print(f"self-test case {n}: expected {'pass' if passes else 'fail'}, got {why}")
             return 1
-    print("self-test: the rules accept the good loop and reject a hoisted wait and serialization")
+    print("self-test: the rules accept the good loop and reject a hoisted wait, "
+          "serialization and spills")
     return 0
 
 
