@@ -49,7 +49,7 @@ LOCAL = re.compile(r"\b(STL|LDL)(\.|\s)")
 
 
 def check_sass(sass):
-    """Returns None when the loop's softmax sits between the waits, else why not."""
+    """Returns None when the kernel passes every rule above, else the first it breaks."""
     lines = sass.splitlines()
     hgmma = sum(1 for line in lines if HGMMA.search(line))
     waits = sum(1 for line in lines if WAIT_ANY.search(line))
