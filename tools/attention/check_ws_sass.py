@@ -14,7 +14,15 @@ and fails unless
   - the kernel has fewer wgmma waits than half its HGMMA instructions (a
     serialized kernel waits after every one), and
   - no local-memory traffic (STL/LDL: the consumers use ~228 of their 232
-    registers, and a spill inside the loop would cost more than the overlap).
+    registers, and a spill inside the loop would cost more than the overlap),
+  - in the consumers' loop (from the backward branch's target to the branch
+    that closes the loop around the wait for S), at most two `R2UR` per
+    HGMMA that takes both operands from shared memory: the K and V
+    descriptors come from the uniform datapath, and only Q's may be held in
+    vector registers. A walk that kept its bounds live through the loop once
+    pushed the ring stage out of the uniform registers, and every descriptor
+    went through R2UR: 48 for 8 such HGMMA, 7-9% slower (docs/attention.md,
+    "The balanced tail").
 
 Usage: check_ws_sass.py LIBVPOD_SO   (exit 77: cannot check here, and why)
        check_ws_sass.py --self-test  (the rules on synthetic SASS)
@@ -46,6 +54,28 @@ WAIT_ANY = re.compile(r"WARPGROUP\.DEPBAR")
 EX2 = re.compile(r"\bMUFU\.EX2\b")
 HGMMA = re.compile(r"\bHGMMA\.")
 LOCAL = re.compile(r"\b(STL|LDL)(\.|\s)")
+R2UR = re.compile(r"\bR2UR\b")
+ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
+BRANCH = re.compile(r"\bBRA\s+(?:\w+,\s*)?(0x[0-9a-f]+)")
+# An HGMMA with A in registers names a vector register before its descriptor
+# ("HGMMA... R88, R124, gdesc[...]"); one with both from shared memory does not.
+HGMMA_SS = re.compile(r"\bHGMMA\.\S+\s+R\d+,\s*gdesc")
+
+
+def consumer_loop(lines):
+    """The lines of the loop around the first wait for S, or None."""
+    code = [(int(m.group(1), 16), line) for line in lines for m in [ADDRESS.search(line)] if m]
+    waits = [i for i, (_, line) in enumerate(code) if WAIT_S.search(line)]
+    if not waits:
+        return None
+    at = code[waits[0]][0]
+    for j in range(waits[0], len(code)):
+        branch = BRANCH.search(code[j][1])
+        if branch and int(branch.group(1), 16) < at:
+            target = int(branch.group(1), 16)
+            start = next((i for i, (a, _) in enumerate(code) if a == target), None)
+            return None if start is None else [line for _, line in code[start : j + 1]]
+    return None
 
 
 def check_sass(sass):
@@ -60,6 +90,14 @@ def check_sass(sass):
         return f"{spills} local-memory instructions (STL/LDL): registers spill"
     if 2 * waits >= hgmma:
         return f"{waits} wgmma waits for {hgmma} HGMMA: the wgmmas are serialized (C7513/C7514)"
+    loop = consumer_loop(lines)
+    if loop is None:
+        return "no loop around the wait for S (no backward branch past it)"
+    ss = sum(1 for line in loop if HGMMA_SS.search(line))
+    r2ur = sum(1 for line in loop if R2UR.search(line))
+    if r2ur > 2 * ss:
+        return (f"{r2ur} R2UR in the consumers' loop for {ss} shared-memory HGMMA: the "
+                "K/V descriptors left the uniform datapath")
     best = -1
     for i, line in enumerate(lines):
         if not WAIT_S.search(line):
@@ -82,22 +120,41 @@ def check_sass(sass):
 
 
 def self_test():
-    issue = "        /*0010*/ HGMMA.64x128x16.F32 R24, gdesc[UR20], R24 ;\n" * 16
-    ex2 = "        /*0100*/ MUFU.EX2 R152, R24 ;\n" * EXPS_PER_BLOCK
-    wait_s = "        /*0200*/ WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
-    wait_all = "        /*0300*/ WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
-    good = issue + wait_s + ex2 + wait_all
-    hoisted = issue + wait_s + wait_all + ex2
-    serial = ("        /*0010*/ HGMMA.64x128x16.F32 R24, gdesc[UR20], R24 ;\n" + wait_all) * 16
-    spill = good + "        /*0400*/ STL.64 [R1+0x8], R8 ;\n"
-    cases = [(good, True), (hoisted, False), (serial, False), (ex2, False), (spill, False)]
-    for n, (sass, passes) in enumerate(cases):
-        why = check_sass(sass)
+    def sass(parts):
+        """Numbers the instructions 16 bytes apart, as cuobjdump prints them."""
+        return "".join(f"        /*{16 * i:04x}*/ {text} ;\n" for i, text in enumerate(parts))
+
+    def loop(r2ur_per_ss=2, wait_first=False, back=True):
+        body = []
+        for _ in range(8):  # S = Q K^T: both operands in shared memory
+            body += ["R2UR UR20, R216"] * r2ur_per_ss
+            body += ["HGMMA.64x128x16.F32 R24, gdesc[UR20], R24"]
+        body += ["HGMMA.64x128x16.F32 R88, R124, gdesc[UR12].tnspB, R88"] * 8  # P V
+        body += ["WARPGROUP.DEPBAR.LE gsb0, 0x1"]
+        ex2 = ["MUFU.EX2 R152, R24"] * EXPS_PER_BLOCK
+        wait_all = ["WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+        body += wait_all + ex2 if wait_first else ex2 + wait_all
+        return ["NOP"] + body + (["@P0 BRA 0x10"] if back else ["EXIT"])
+
+    good = sass(loop())
+    serial = sass((["HGMMA.64x128x16.F32 R24, gdesc[UR20], R24",
+                    "WARPGROUP.DEPBAR.LE gsb0, 0x0"] * 16))
+    cases = [
+        ("the good loop", good, True),
+        ("a hoisted wait", sass(loop(wait_first=True)), False),
+        ("serialization", serial, False),
+        ("no wait for S", sass(["MUFU.EX2 R152, R24"] * EXPS_PER_BLOCK), False),
+        ("a spill", good + "        /*0f00*/ STL.64 [R1+0x8], R8 ;\n", False),
+        ("descriptors through R2UR", sass(loop(r2ur_per_ss=6)), False),
+        ("no loop", sass(loop(back=False)), False),
+    ]
+    for name, text, passes in cases:
+        why = check_sass(text)
         if (why is None) != passes:
-            print(f"self-test case {n}: expected {'pass' if passes else 'fail'}, got {why}")
+            print(f"self-test, {name}: expected {'pass' if passes else 'fail'}, got {why}")
             return 1
-    print("self-test: the rules accept the good loop and reject a hoisted wait, "
-          "serialization and spills")
+    print("self-test: the rules accept the good loop and reject "
+          + ", ".join(name for name, _, passes in cases if not passes))
     return 0
 
 
