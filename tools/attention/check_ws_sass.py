@@ -12,9 +12,10 @@ and fails unless
     `WARPGROUP.DEPBAR.LE gsb0, 0x0`, by a whole block's softmax: at least
     kBlockN / 2 = 64 `MUFU.EX2` per thread, and
   - the kernel has fewer wgmma waits than half its HGMMA instructions (a
-    serialized kernel waits after every one), and
+    serialized kernel waits after every one),
   - no local-memory traffic (STL/LDL: the consumers use ~228 of their 232
     registers, and a spill inside the loop would cost more than the overlap),
+    and
   - in the consumers' loop (from the backward branch's target to the branch
     that closes the loop around the wait for S), at most two `R2UR` per
     HGMMA that takes both operands from shared memory: the K and V
