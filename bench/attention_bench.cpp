@@ -879,6 +879,10 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "the warp-specialized prefill runs one query head per tile even where the plan allows a "
       "KV head's group in one (comparison)");
   cmd.add_flag_callback(
+      "--no-ws-multicast", [&options] { options.ws_multicast = false; },
+      "the warp-specialized prefill runs one CTA per tile, not clusters of 2 sharing each K/V "
+      "block by TMA multicast (comparison)");
+  cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");
   cmd.add_flag_callback(

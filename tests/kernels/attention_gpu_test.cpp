@@ -364,6 +364,12 @@ TEST(AttentionGpuTest, KernelsFitThePlannedOccupancy) {
                   dtype_name(dtype).data(), d, ws);
       if (compute_major() == 9) {
         EXPECT_EQ(ws, 1);
+        // Its K/V-multicast form runs in clusters of 2 that must cover every
+        // SM, or the launcher never picks it.
+        const int pairs = detail::ws_multicast_clusters(dtype, d).value();
+        std::printf("[attention] %s d%d: %d K/V-multicast clusters of 2 on %d SMs\n",
+                    dtype_name(dtype).data(), d, pairs, num_sms());
+        EXPECT_GE(2 * pairs, num_sms() - 1);
       }
       EXPECT_GE(decode, kDecodeCtasPerSm);
       EXPECT_GE(heads, kDecodeCtasPerSm);
@@ -716,6 +722,25 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        make_batch({{100, 18}, {0, 300}, {4000, 9}}, {}),
        0,
        "ws mixed g7 d64"},
+      // K/V multicast (clusters of 2: query heads 2k, 2k + 1 share each K/V
+      // block): a chunk walked head-major with partial last blocks, a prompt
+      // walked longest first at d64, and a grid smaller than the GPU (group 2,
+      // planned splits).
+      {{32, 8, 128, DType::bf16},
+       KvLayout::per_layer,
+       make_batch({{3000, 1024}}, {}),
+       0,
+       "ws multicast chunk"},
+      {{16, 4, 64, DType::f16},
+       KvLayout::all_layers,
+       make_batch({{0, 2000}, {500, 700}}, {}),
+       0,
+       "ws multicast d64"},
+      {{4, 2, 128, DType::f16},
+       KvLayout::all_layers,
+       make_batch({{0, 300}}, {}),
+       0,
+       "ws multicast small grid"},
   };
   for (const Case& c : cases) {
     HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
@@ -750,6 +775,22 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
       ASSERT_LT(plan.prefill_packed_items(), items) << c.label << ": ... but not all";
     } else {
       EXPECT_EQ(plan.prefill_pack(), 1) << c.label;
+    }
+    if (std::string_view(c.label).starts_with("ws multicast")) {
+      // One query head per tile and an even group: the launcher multicasts
+      // wherever its clusters cover the SMs (KernelsFitThePlannedOccupancy).
+      ASSERT_FALSE(plan.prefill_pack_mixed()) << c.label;
+      ASSERT_EQ(c.dims.group_size() % 2, 0) << c.label;
+    }
+    {
+      // Multicast loads the same bytes and runs the same arithmetic as one CTA
+      // per tile: same bits (trivially so where the walk does not multicast).
+      HostKvCache cache_single = cache;
+      GpuAttention gpu_single(cache_single);
+      PlanOptions single = ws;
+      single.kernels.ws_multicast = false;
+      const auto out_single = gpu_single.step(c.batch, in, single, scale);
+      EXPECT_EQ(out_ws, out_single) << c.label << ": multicast and one CTA per tile differ";
     }
     if (plan.prefill_packed_items() > 0) {
       // Packed tiles run every row's arithmetic as one-head tiles do: same

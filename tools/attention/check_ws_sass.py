@@ -44,9 +44,10 @@ EXPS_PER_BLOCK = 64  # kBlockN / 2: one key block's exponentials per consumer th
 
 # The instantiations in attention_f16.cu / attention_bf16.cu.
 KERNELS = [
-    f"_ZN4vpod9attention6device17prefill_ws_kernelI{t}Li{d}EEEvNS0_15AttentionParamsE"
+    f"_ZN4vpod9attention6device17prefill_ws_kernelI{t}Li{d}ELi{c}EEEvNS0_15AttentionParamsE"
     for t in ("6__half", "13__nv_bfloat16")
     for d in (64, 128)
+    for c in (1, 2)  # one CTA per tile, K/V-multicast clusters of 2
 ]
 
 WAIT_S = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b")

@@ -16,4 +16,8 @@ Result<int> ctas_per_sm_bf16(KernelKind kind, int head_dim) {
   return device::ctas_per_sm_typed<__nv_bfloat16>(kind, head_dim);
 }
 
+Result<int> ws_multicast_clusters_bf16(int head_dim) {
+  return device::ws_multicast_clusters_typed<__nv_bfloat16>(head_dim);
+}
+
 }  // namespace vpod::attention::detail

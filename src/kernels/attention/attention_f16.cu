@@ -16,4 +16,8 @@ Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim) {
   return device::ctas_per_sm_typed<half>(kind, head_dim);
 }
 
+Result<int> ws_multicast_clusters_f16(int head_dim) {
+  return device::ws_multicast_clusters_typed<half>(head_dim);
+}
+
 }  // namespace vpod::attention::detail

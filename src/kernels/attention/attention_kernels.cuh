@@ -127,7 +127,7 @@ template <typename T, int kHeadDim>
 bool ws_prefill_runs_here() {
   static const bool runs = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_ws_kernel<T, kHeadDim>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, prefill_ws_kernel<T, kHeadDim, 1>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -136,18 +136,79 @@ bool ws_prefill_runs_here() {
   return runs;
 }
 
-// The warp-specialized kernel: min(tiles, SMs) persistent CTAs.
+// Clusters of 2 of the K/V-multicast warp-specialized kernel that fit on the
+// device at once (0 where none would), queried once.
 template <typename T, int kHeadDim>
-Status launch_prefill_ws(const AttentionParams& params, cudaStream_t stream) {
-  constexpr int kSmem = PrefillWsTile<T, kHeadDim>::kSmemBytes;
-  auto* kernel = prefill_ws_kernel<T, kHeadDim>;
-  VPOD_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-      StatusCode::internal);
+int ws_multicast_clusters() {
+  static const int clusters = [] {
+    using Tile = PrefillWsTile<T, kHeadDim, 2>;
+    auto* kernel = prefill_ws_kernel<T, kHeadDim, 2>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Tile::kSmemBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(2 * 1024);
+    config.blockDim = dim3(Tile::kThreads);
+    config.dynamicSmemBytes = Tile::kSmemBytes;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = 2;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return clusters;
+}
+
+// The warp-specialized kernel: min(tiles, SMs) persistent CTAs, or, with K/V
+// multicast, min(tile pairs, co-resident clusters) clusters of 2. Multicast
+// runs where the two query heads of a pair share their KV head (an even group,
+// one query head per tile: not packed) and the clusters cover every SM (a
+// GPC with an odd free SM would otherwise idle it).
+template <typename T, int kHeadDim>
+Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& options,
+                         cudaStream_t stream) {
   int device = 0, sms = 0;
   VPOD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), StatusCode::internal);
   VPOD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                             StatusCode::internal);
+  if (options.ws_multicast && params.ws_mixed == 0 && params.ws_pack == 1 &&
+      params.group_size % 2 == 0 && params.ws_num_tiles % 2 == 0) {
+    const int clusters = ws_multicast_clusters<T, kHeadDim>();
+    if (clusters > 0 && 2 * clusters >= sms - 1) {
+      using Tile = PrefillWsTile<T, kHeadDim, 2>;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned>(2 * std::min(params.ws_num_tiles / 2, clusters)));
+      config.blockDim = dim3(Tile::kThreads);
+      config.dynamicSmemBytes = Tile::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = 2;
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      VPOD_CUDA_RETURN_IF_ERROR(
+          cudaLaunchKernelEx(&config, prefill_ws_kernel<T, kHeadDim, 2>, params),
+          StatusCode::internal);
+      return Status();
+    }
+  }
+  constexpr int kSmem = PrefillWsTile<T, kHeadDim>::kSmemBytes;
+  auto* kernel = prefill_ws_kernel<T, kHeadDim, 1>;
+  VPOD_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      StatusCode::internal);
   const unsigned grid = static_cast<unsigned>(std::min(params.ws_num_tiles, sms));
   kernel<<<grid, PrefillWsTile<T, kHeadDim>::kThreads, kSmem, stream>>>(params);
   VPOD_CUDA_RETURN_IF_ERROR(cudaGetLastError(), StatusCode::internal);
@@ -171,7 +232,7 @@ Status launch_prefill_typed(const AttentionParams& params, const KernelOptions& 
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (options.wgmma_prefill && options.ws_prefill && params.q_tma_valid != 0 &&
         params.kv_tma.valid != 0 && ws_prefill_runs_here<T, kHeadDim>()) {
-      return launch_prefill_ws<T, kHeadDim>(params, stream);
+      return launch_prefill_ws<T, kHeadDim>(params, options, stream);
     }
     if (options.wgmma_prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {
       constexpr int kSmem = PrefillWgmmaTile<T, kHeadDim>::kSmemBytes;
@@ -228,6 +289,15 @@ Result<int> fit_per_sm(Kernel* kernel, int smem) {
 }
 
 template <typename T>
+Result<int> ws_multicast_clusters_typed(int head_dim) {
+  int clusters = 0;
+  VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
+    if (ws_prefill_runs_here<T, kHeadDim>()) clusters = ws_multicast_clusters<T, kHeadDim>();
+  });
+  return clusters;
+}
+
+template <typename T>
 Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
@@ -235,11 +305,11 @@ Result<int> ctas_per_sm_typed(detail::KernelKind kind, int head_dim) {
       if (!ws_prefill_runs_here<T, kHeadDim>()) return 0;
       using Tile = PrefillWsTile<T, kHeadDim>;
       VPOD_CUDA_RETURN_IF_ERROR(
-          cudaFuncSetAttribute(prefill_ws_kernel<T, kHeadDim>,
+          cudaFuncSetAttribute(prefill_ws_kernel<T, kHeadDim, 1>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes),
           StatusCode::internal);
       VPOD_CUDA_RETURN_IF_ERROR(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, prefill_ws_kernel<T, kHeadDim>,
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, prefill_ws_kernel<T, kHeadDim, 1>,
                                                         Tile::kThreads, Tile::kSmemBytes),
           StatusCode::internal);
     } else if (kind == detail::KernelKind::prefill && wgmma_prefill_runs_here<T, kHeadDim>()) {

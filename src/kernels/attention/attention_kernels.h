@@ -64,5 +64,11 @@ enum class KernelKind { prefill, prefill_ws, decode, decode_heads };
 Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim);
 Result<int> ctas_per_sm_f16(KernelKind kind, int head_dim);
 Result<int> ctas_per_sm_bf16(KernelKind kind, int head_dim);
+// Clusters of 2 of the warp-specialized prefill's K/V-multicast kernel that
+// the device runs at once (0 where it does not run its code). The launcher
+// multicasts only when they cover every SM (launch_prefill_ws).
+Result<int> ws_multicast_clusters(DType dtype, int head_dim);
+Result<int> ws_multicast_clusters_f16(int head_dim);
+Result<int> ws_multicast_clusters_bf16(int head_dim);
 
 }  // namespace vpod::attention::detail

@@ -137,4 +137,10 @@ Result<int> ctas_per_sm(KernelKind kind, DType dtype, int head_dim) {
   return unimplemented("attention kernels support fp16 and bf16");
 }
 
+Result<int> ws_multicast_clusters(DType dtype, int head_dim) {
+  if (dtype == DType::f16) return ws_multicast_clusters_f16(head_dim);
+  if (dtype == DType::bf16) return ws_multicast_clusters_bf16(head_dim);
+  return unimplemented("attention kernels support fp16 and bf16");
+}
+
 }  // namespace vpod::attention::detail

@@ -75,6 +75,37 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, 
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// The same box into the same shared-memory offset of every CTA in `mask`
+// (bit = rank in the cluster), completing bytes on the barrier at `bar`'s
+// offset in each of them.
+__device__ __forceinline__ void tma_load_4d_multicast(std::uint32_t dst, const void* map,
+                                                      std::uint32_t bar, int c0, int c1, int c2,
+                                                      int c3, std::uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar),
+      "h"(mask)
+      : "memory");
+}
+// Arrives on the barrier at `bar`'s offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// Every thread of every CTA in the cluster (and its earlier shared-memory
+// writes, barrier inits included) before any goes on.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// This CTA's rank in a cluster of 2 over a 1D grid (clusters are CTAs 2c and
+// 2c + 1). Read from blockIdx, which ptxas rematerializes where %cluster_ctarank
+// would keep a register live (and spill) across the tile.
+__device__ __forceinline__ std::uint32_t pair_rank() { return blockIdx.x & 1u; }
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
@@ -105,7 +136,14 @@ struct RingState {
 
 }  // namespace ws
 
-template <typename T, int kHeadDim>
+// kCluster 2: K/V multicast. The two CTAs of a cluster run the two query
+// heads 2k and 2k + 1 of the same item (one KV head: the same keys, blocks and
+// masks), each producer loads half of every whole K/V block (64 of its 128
+// keys) by TMA into both CTAs' shared memory, and a stage is free once the
+// consumers of both CTAs released it. That halves the K/V bytes from L2, which
+// at the power cap buys clock (docs/attention.md, *K/V multicast*). The
+// launcher picks it for walks of one query head per tile with an even group.
+template <typename T, int kHeadDim, int kCluster = 1>
 struct PrefillWsTile {
   static constexpr int kBlockM = kPrefillBlockM;  // 128: one m64 half per consumer
   static constexpr int kBlockN = 128;             // keys per block
@@ -113,6 +151,10 @@ struct PrefillWsTile {
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerThreads = 128 * kConsumers;
+  static_assert(kCluster == 1 || kCluster == 2, "one CTA, or a pair sharing K/V");
+  // Arrivals that free a K/V stage: one per consumer warp of every CTA whose
+  // shared memory the stage's loads write.
+  static constexpr int kKvReleases = 4 * kConsumers * kCluster;
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kKSteps = kHeadDim / 16;  // k steps of Q K^T
   static constexpr int kPSteps = kBlockN / 16;   // k steps of P V
@@ -175,15 +217,29 @@ struct PrefillWsTile {
   // This CTA's tile in round r of the persistent walk: rounds of gridDim.x
   // tiles over the longest-first list, every other round in reverse CTA
   // order (a plain stride would hand CTA 0 the longest tile of every round).
+  // With kCluster 2 the walk is over clusters and tile pairs (tile_at).
+  static __device__ __forceinline__ int walkers() { return static_cast<int>(gridDim.x) / kCluster; }
   static __device__ __forceinline__ int tile_of_round(int round) {
-    const int g = static_cast<int>(gridDim.x);
-    const int c = static_cast<int>(blockIdx.x);
+    const int g = walkers();
+    const int c = static_cast<int>(blockIdx.x) / kCluster;
     return round * g + ((round & 1) != 0 ? g - 1 - c : c);
+  }
+  // Units of the walk: tiles, or (kCluster 2) pairs of tiles.
+  static __device__ __forceinline__ int walk_units(const AttentionParams& p) {
+    return p.ws_num_tiles / kCluster;
   }
   static __device__ __forceinline__ Tile tile_at(const AttentionParams& p, int t) {
     Tile tile;
     int item, head;
-    if (p.ws_mixed != 0) {
+    if constexpr (kCluster == 2) {
+      // Pair t: query heads 2k + rank of one item (never packed or mixed).
+      const int pairs = p.num_q_heads / 2;
+      item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / pairs;
+      const int pair = p.ws_head_major != 0 ? t / p.num_prefill_items : t % pairs;
+      head = 2 * pair + static_cast<int>(ws::pair_rank());
+      tile.item = p.plan.prefill_items[item];
+      tile.pack = 1;
+    } else if (p.ws_mixed != 0) {
       // Packing per item: the item whose tiles [ws_tile, next ws_tile) hold t
       // (binary search; the list is in L1 after the first tiles).
       int lo = 0, hi = p.num_prefill_items - 1;
@@ -248,13 +304,23 @@ struct PrefillWsTile {
   static __device__ __forceinline__ void load_block_tma(std::uint32_t dst, const void* map,
                                                         std::uint32_t full, int slot, int kv_head,
                                                         int key0) {
+    // kCluster 2: the whole block lands here, this CTA's half and the peer's.
     wgmma::mbarrier_expect_tx(full, kSmemKV);
+    if constexpr (kCluster == 2) {
+      const int half = static_cast<int>(ws::pair_rank());
 #pragma unroll
-    for (int cb = 0; cb < kColBlocks; ++cb) {
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+        ws::tma_load_4d_multicast(dst + cb * kBlockN * 128 + half * 64 * 128, map, full, cb * 64,
+                                  kv_head, key0 + half * 64, slot, 0x3);
+      }
+    } else {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        wgmma::tma_load_4d(dst + cb * kBlockN * 128 + half * 64 * 128, map, full, cb * 64, kv_head,
-                           key0 + half * 64, slot);
+      for (int cb = 0; cb < kColBlocks; ++cb) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          wgmma::tma_load_4d(dst + cb * kBlockN * 128 + half * 64 * 128, map, full, cb * 64,
+                             kv_head, key0 + half * 64, slot);
+        }
       }
     }
   }
@@ -267,10 +333,10 @@ struct PrefillWsTile {
       ws::prefetch_tensor_map(&p.kv_tma.k);
       ws::prefetch_tensor_map(&p.kv_tma.v);
     }
-    const int num_tiles = p.ws_num_tiles;
+    const int num_tiles = walk_units(p);
     std::uint32_t q_phase = 0;
     ws::RingState<kStages> ring;
-    for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
+    for (int round = 0; round * walkers() < num_tiles; ++round) {
       const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
@@ -313,6 +379,17 @@ struct PrefillWsTile {
         } else if (lane == 0) {
           load_block_tma(v_dst, &p.kv_tma.v, sm.v_full(ring.stage), slot, kv_head, key0);
         }
+        ring.advance();
+      }
+    }
+    if constexpr (kCluster == 2) {
+      // Neither CTA exits while the peer may still arrive on its barriers:
+      // wait until the consumers of both CTAs released every stage (the wait
+      // a next fill would make). The peer's multicast bytes have all landed
+      // by then, since this CTA's consumers waited for them.
+      for (int s = 0; s < kStages; ++s) {
+        wgmma::mbarrier_wait(sm.k_empty(ring.stage), ring.phase ^ 1u);
+        wgmma::mbarrier_wait(sm.v_empty(ring.stage), ring.phase ^ 1u);
         ring.advance();
       }
     }
@@ -444,6 +521,14 @@ struct PrefillWsTile {
   static __device__ __forceinline__ void release(std::uint32_t bar, int lane) {
     if (lane == 0) ws::mbarrier_arrive(bar);
   }
+  // A K/V stage: kCluster 2 also frees it in the peer, whose producer writes
+  // this CTA's copy too (kKvReleases arrivals complete it).
+  static __device__ __forceinline__ void release_kv(std::uint32_t bar, int lane) {
+    if (lane == 0) {
+      ws::mbarrier_arrive(bar);
+      if constexpr (kCluster == 2) ws::mbarrier_arrive_cluster(bar, ws::pair_rank() ^ 1u);
+    }
+  }
 
   static __device__ void consume(const AttentionParams& p, const Smem& sm, char* smem, int wg,
                                  int tid_wg) {
@@ -451,7 +536,7 @@ struct PrefillWsTile {
     const int warp = tid_wg / 32;  // within the warpgroup
     const int lane = tid_wg % 32;
     const int other = 1 - wg;
-    const int num_tiles = p.ws_num_tiles;
+    const int num_tiles = walk_units(p);
     // K-major Q and K: LBO unused, SBO = 8 rows of 128 bytes. V: MN-major, the
     // next 64 dims a column block (kBlockN rows) further, the next 8 keys 1024 B.
     const std::uint64_t desc_q = wgmma::make_desc(sm.q + wg * 64 * 128, 16, 1024);
@@ -459,7 +544,7 @@ struct PrefillWsTile {
     ws::RingState<kStages> ring;
     // Consumer 0 issues first.
     if (wg == 1) ws::named_arrive(ws::kTurnBarrier0, kConsumerThreads);
-    for (int round = 0; round * static_cast<int>(gridDim.x) < num_tiles; ++round) {
+    for (int round = 0; round * walkers() < num_tiles; ++round) {
       const int t = tile_of_round(round);
       if (t >= num_tiles) continue;
       const Tile tile = tile_at(p, t);
@@ -496,7 +581,7 @@ struct PrefillWsTile {
       ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
-      release(sm.k_empty(ring.stage), lane);
+      release_kv(sm.k_empty(ring.stage), lane);
       if (b == 0) release(sm.q_empty(), lane);
       mask_block(s, key0, kv_end, pos_rows, lane);
       online_softmax(s, row_max, row_sum, correction, p.scale_log2);
@@ -522,7 +607,7 @@ struct PrefillWsTile {
         ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
         wgmma::wait<1>();  // S done; P V may still run
         wgmma::fence_operands(s);
-        release(sm.k_empty(ring.stage), lane);
+        release_kv(sm.k_empty(ring.stage), lane);
         if (b == 0) release(sm.q_empty(), lane);
         // Masks only where the block crosses the diagonal or the split's end.
         if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > pos_warp) {
@@ -532,7 +617,7 @@ struct PrefillWsTile {
         softmax_done(row_sum, sm.o, kv_end);
         wgmma::wait<0>();  // P V done: O and the V stage are free
         wgmma::fence_operands(o);
-        release(sm.v_empty(v_ring.stage), lane);
+        release_kv(sm.v_empty(v_ring.stage), lane);
         to_pa(s, pa);
         v_ring = ring;
         ring.advance();
@@ -548,7 +633,7 @@ struct PrefillWsTile {
       ws::named_arrive(ws::kTurnBarrier0 + other, kConsumerThreads);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      release(sm.v_empty(v_ring.stage), lane);
+      release_kv(sm.v_empty(v_ring.stage), lane);
 
       write_output(p, tile, o, row_max, row_sum, sm, smem, wg, warp, lane, tid_wg);
     }
@@ -637,13 +722,19 @@ struct PrefillWsTile {
       wgmma::mbarrier_init(sm.q_empty(), 4 * kConsumers);
       for (int s = 0; s < kStages; ++s) {
         wgmma::mbarrier_init(sm.k_full(s), 1);
-        wgmma::mbarrier_init(sm.k_empty(s), 4 * kConsumers);
+        wgmma::mbarrier_init(sm.k_empty(s), kKvReleases);
         wgmma::mbarrier_init(sm.v_full(s), 1);
-        wgmma::mbarrier_init(sm.v_empty(s), 4 * kConsumers);
+        wgmma::mbarrier_init(sm.v_empty(s), kKvReleases);
       }
       wgmma::fence_mbarrier_init();
     }
-    __syncthreads();
+    // kCluster 2: the peer's barriers are initialized before any load or
+    // arrival reaches them.
+    if constexpr (kCluster == 2) {
+      ws::cluster_sync();
+    } else {
+      __syncthreads();
+    }
     const int wg = tid / 128;
     if (wg == 0) {
       ws::setmaxnreg_dec<kProducerRegs>();
@@ -659,12 +750,13 @@ struct PrefillWsTile {
   }
 };
 
-// Grid: min(tiles, SMs) persistent CTAs of PrefillWsTile::kThreads.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(PrefillWsTile<T, kHeadDim>::kThreads, 1)
+// Grid: min(tiles, SMs) persistent CTAs of PrefillWsTile::kThreads; kCluster
+// 2: clusters of 2 over min(tile pairs, co-resident clusters).
+template <typename T, int kHeadDim, int kCluster>
+__global__ void __launch_bounds__(PrefillWsTile<T, kHeadDim, kCluster>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ AttentionParams params) {
   extern __shared__ __align__(128) char smem[];
-  PrefillWsTile<T, kHeadDim>::run(params, smem);
+  PrefillWsTile<T, kHeadDim, kCluster>::run(params, smem);
 }
 
 }  // namespace vpod::attention::device
