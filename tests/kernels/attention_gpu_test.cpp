@@ -725,7 +725,7 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
       // K/V multicast (clusters of 2: query heads 2k, 2k + 1 share each K/V
       // block): a chunk walked head-major with partial last blocks, a prompt
       // walked longest first at d64, and a grid smaller than the GPU (group 2,
-      // planned splits).
+      // planned splits; whole tiles, since a short one would pack).
       {{32, 8, 128, DType::bf16},
        KvLayout::per_layer,
        make_batch({{3000, 1024}}, {}),
@@ -738,7 +738,7 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        "ws multicast d64"},
       {{4, 2, 128, DType::f16},
        KvLayout::all_layers,
-       make_batch({{0, 300}}, {}),
+       make_batch({{0, 384}}, {}),
        0,
        "ws multicast small grid"},
   };
