@@ -723,14 +723,14 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        0,
        "ws mixed g7 d64"},
       // K/V multicast (clusters of 2: query heads 2k, 2k + 1 share each K/V
-      // block): a chunk walked head-major with partial last blocks, a prompt
-      // walked longest first at d64, and a grid smaller than the GPU (group 2,
+      // block; item-major walks only): a chunk with partial last blocks beside
+      // a prompt, prompts at d64, and a grid smaller than the GPU (group 2,
       // planned splits; whole tiles, since a short one would pack).
       {{32, 8, 128, DType::bf16},
        KvLayout::per_layer,
-       make_batch({{3000, 1024}}, {}),
+       make_batch({{3000, 1024}, {0, 500}}, {}),
        0,
-       "ws multicast chunk"},
+       "ws multicast chunk and prompt"},
       {{16, 4, 64, DType::f16},
        KvLayout::all_layers,
        make_batch({{0, 2000}, {500, 700}}, {}),
@@ -777,9 +777,11 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
       EXPECT_EQ(plan.prefill_pack(), 1) << c.label;
     }
     if (std::string_view(c.label).starts_with("ws multicast")) {
-      // One query head per tile and an even group: the launcher multicasts
-      // wherever its clusters cover the SMs (KernelsFitThePlannedOccupancy).
+      // One query head per tile, an even group, an item-major walk: the
+      // launcher multicasts wherever its clusters cover the SMs
+      // (KernelsFitThePlannedOccupancy).
       ASSERT_FALSE(plan.prefill_pack_mixed()) << c.label;
+      ASSERT_FALSE(plan.prefill_items_cost_alike()) << c.label << ": a head-major walk";
       ASSERT_EQ(c.dims.group_size() % 2, 0) << c.label;
     }
     {
