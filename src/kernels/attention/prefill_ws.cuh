@@ -35,6 +35,10 @@
 // chunk) each item has its own tile count and the walk finds a tile's item by
 // its first tile (PrefillWorkItem::ws_tile).
 //
+// K/V multicast (kCluster 2, the launcher's choice on item-major walks): two
+// CTAs of a cluster run query heads 2k and 2k + 1 of one item and each loads
+// half of every whole K/V block into both (see PrefillWsTile).
+//
 // K/V come from the virtual KV tensor through the layer's TMA descriptors
 // (boxes of 64 dims x 64 tokens, two per 128-key block per 64-dim column).
 // The block holding the split's last key, when partial, is loaded with
