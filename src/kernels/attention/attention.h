@@ -109,8 +109,9 @@ struct KernelOptions {
   // head per tile always (comparison).
   bool ws_gqa_pack = true;
   // The warp-specialized kernel runs clusters of 2 CTAs that share each K/V
-  // block by TMA multicast where the walk allows it (attention_kernels.cuh,
-  // launch_prefill_ws); false: one CTA per tile always (comparison).
+  // block by TMA multicast on item-major walks of one query head per tile with
+  // an even group (attention_kernels.cuh, launch_prefill_ws); false: one CTA
+  // per tile always (comparison).
   bool ws_multicast = true;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.

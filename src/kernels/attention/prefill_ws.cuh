@@ -148,9 +148,10 @@ struct RingState {
 // heads 2k and 2k + 1 of the same item (one KV head: the same keys, blocks and
 // masks), each producer loads half of every whole K/V block (64 of its 128
 // keys) by TMA into both CTAs' shared memory, and a stage is free once the
-// consumers of both CTAs released it. That halves the K/V bytes from L2, which
-// at the power cap buys clock (docs/attention.md, *K/V multicast*). The
-// launcher picks it for walks of one query head per tile with an even group.
+// consumers of both CTAs released it. That halves the K/V bytes read from L2
+// (what they cost at the power cap, and where the pair's coupling costs more:
+// docs/attention.md, *K/V multicast on prompts*). The launcher picks it for
+// item-major walks of one query head per tile with an even group.
 template <typename T, int kHeadDim, int kCluster = 1>
 struct PrefillWsTile {
   static constexpr int kBlockM = kPrefillBlockM;  // 128: one m64 half per consumer
