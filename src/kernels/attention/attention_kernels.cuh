@@ -173,8 +173,9 @@ int ws_multicast_clusters() {
 // multicast, min(tile pairs, co-resident clusters) clusters of 2. Multicast
 // runs where the two query heads of a pair share their KV head (an even group,
 // one query head per tile: not packed), on item-major walks (prompts, whose
-// tiles differ in length; on the head-major walks of alike chunks it lost
-// 1-3% on the H200, docs/attention.md), and where the clusters cover every SM
+// tiles differ in length; on the head-major walks of alike chunks the pair's
+// coupling costs more than it saves, docs/attention.md), and where the
+// clusters cover every SM
 // (a GPC with an odd free SM would otherwise idle it).
 template <typename T, int kHeadDim>
 Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& options,

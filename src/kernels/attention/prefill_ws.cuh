@@ -95,8 +95,8 @@ __device__ __forceinline__ void tma_load_4d_multicast(std::uint32_t dst, const v
 // Arrives on the barrier at `bar`'s offset in CTA `rank` of the cluster. The
 // default (.release.cta) semantics: what the arrival publishes is that this
 // CTA's wgmma finished reading a stage, which their wait already ensured.
-// .release.cluster costs a MEMBAR.ALL.GPU per arrival (in the consumers' loop:
-// 18-30% slower, measured on the H200).
+// .release.cluster would put a MEMBAR.ALL.GPU before every arrival, in the
+// consumers' loop (docs/attention.md, *K/V multicast on prompts*).
 __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t bar, std::uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
