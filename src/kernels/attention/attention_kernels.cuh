@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "cuda/per_device_once.h"
 #include "kernels/attention/attention_kernels.h"
 #include "kernels/attention/decode_heads_tile.cuh"
 #include "kernels/attention/decode_tile.cuh"
@@ -136,15 +137,26 @@ bool ws_prefill_runs_here() {
   return runs;
 }
 
+// The K/V-multicast kernel's shared-memory opt-in, needed on each device
+// (cuda::prepare_on_current_device).
+template <typename T, int kHeadDim>
+Status prepare_ws_multicast() {
+  VPOD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(prefill_ws_kernel<T, kHeadDim, 2>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 PrefillWsTile<T, kHeadDim, 2>::kSmemBytes),
+                            StatusCode::internal);
+  return Status();
+}
+
 // Clusters of 2 of the K/V-multicast warp-specialized kernel that fit on the
-// device at once (0 where none would), queried once.
+// device at once (0 where none would), queried once per process (the devices of
+// one process are alike; the opt-in above is per device).
 template <typename T, int kHeadDim>
 int ws_multicast_clusters() {
   static const int clusters = [] {
     using Tile = PrefillWsTile<T, kHeadDim, 2>;
     auto* kernel = prefill_ws_kernel<T, kHeadDim, 2>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Tile::kSmemBytes) != cudaSuccess) {
+    if (!cuda::prepare_on_current_device<&prepare_ws_multicast<T, kHeadDim>>().ok()) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -189,6 +201,7 @@ Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& opt
     const int clusters = ws_multicast_clusters<T, kHeadDim>();
     if (clusters > 0 && 2 * clusters >= sms - 1) {
       using Tile = PrefillWsTile<T, kHeadDim, 2>;
+      VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare_ws_multicast<T, kHeadDim>>()));
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(static_cast<unsigned>(2 * std::min(params.ws_num_tiles / 2, clusters)));
       config.blockDim = dim3(Tile::kThreads);

@@ -25,6 +25,7 @@
 // scheme (decode_heads_tile.cuh, decode_heads_cluster_kernel).
 #include <cooperative_groups.h>
 
+#include "cuda/per_device_once.h"
 #include "kernels/attention/attention_kernels.cuh"
 
 namespace vpod::attention {
@@ -173,8 +174,7 @@ template <typename T>
 Status cluster_launch_typed(const AttentionParams& params, int head_dim, int cluster_size,
                             cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    static const Status prepared = prepare<T, kHeadDim>();
-    VPOD_RETURN_IF_ERROR(prepared);
+    VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare<T, kHeadDim>>()));
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(params.num_kv_heads * params.decode_head_chunks),
                           static_cast<unsigned>(params.num_decode_items));

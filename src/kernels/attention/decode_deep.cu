@@ -19,6 +19,7 @@
 // into (163 KB); where the device cannot give it, decode_deep_supported() is
 // false and the launcher runs the ordinary tile kernel on the same plan (the
 // same items; only the grid's occupancy differs).
+#include "cuda/per_device_once.h"
 #include "kernels/attention/attention_kernels.cuh"
 
 namespace vpod::attention {
@@ -59,7 +60,9 @@ Status prepare() {
 }
 
 // Whether the current device gives a CTA the kernel's shared memory (opt-in
-// limit; an H100/H200 does, an A100 does not for head_dim 128).
+// limit; an H100/H200 does, an A100 does not for head_dim 128), asked once per
+// process (its devices are alike). The opt-in itself is made on every device
+// that launches it.
 template <typename T, int kHeadDim>
 bool supported() {
   static const bool ok = [] {
@@ -70,7 +73,8 @@ bool supported() {
       (void)cudaGetLastError();
       return false;
     }
-    return optin >= DeepTile<T, kHeadDim>::kSmemBytes && prepare<T, kHeadDim>().ok();
+    return optin >= DeepTile<T, kHeadDim>::kSmemBytes &&
+           cuda::prepare_on_current_device<&prepare<T, kHeadDim>>().ok();
   }();
   return ok;
 }
@@ -88,6 +92,7 @@ Status deep_launch_typed(const AttentionParams& params, int head_dim, cudaStream
     if (!supported<T, kHeadDim>()) {
       return failed_precondition("the deep decode kernel's shared memory exceeds this device's");
     }
+    VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare<T, kHeadDim>>()));
     const dim3 grid(static_cast<unsigned>(params.num_kv_heads * params.decode_head_chunks),
                     static_cast<unsigned>(params.num_decode_items));
     decode_deep_kernel<T, kHeadDim>
@@ -102,6 +107,7 @@ Result<int> deep_ctas_per_sm_typed(int head_dim) {
   int ctas = 0;
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
     if (!supported<T, kHeadDim>()) return 0;
+    VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare<T, kHeadDim>>()));
     VPOD_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                                   &ctas, decode_deep_kernel<T, kHeadDim>, kAttentionThreads,
                                   DeepTile<T, kHeadDim>::kSmemBytes),

@@ -1,6 +1,7 @@
 // The heads decode kernel (decode_heads_tile.cuh), fp16 and bf16: one CTA per
 // (decode item, kDecodeHeadsPerCta units), in its own translation unit; and
 // its cluster-merged variant (sm_90).
+#include "cuda/per_device_once.h"
 #include "kernels/attention/attention_kernels.cuh"
 
 namespace vpod::attention {
@@ -65,8 +66,7 @@ template <typename T>
 Status heads_cluster_launch_typed(const AttentionParams& params, int head_dim, int cluster_size,
                                   cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    static const Status prepared = prepare<T, kHeadDim>();
-    VPOD_RETURN_IF_ERROR(prepared);
+    VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare<T, kHeadDim>>()));
     const int units = params.num_kv_heads * params.decode_head_chunks;
     cudaLaunchConfig_t config{};
     config.gridDim =
@@ -92,8 +92,7 @@ Status heads_cluster_launch_typed(const AttentionParams& params, int head_dim, i
 template <typename T>
 Status heads_launch_typed(const AttentionParams& params, int head_dim, cudaStream_t stream) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    static const Status prepared = prepare<T, kHeadDim>();
-    VPOD_RETURN_IF_ERROR(prepared);
+    VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare<T, kHeadDim>>()));
     const int units = params.num_kv_heads * params.decode_head_chunks;
     const dim3 grid(static_cast<unsigned>((units + kDecodeHeadsPerCta - 1) / kDecodeHeadsPerCta),
                     static_cast<unsigned>(params.num_decode_items));
