@@ -811,6 +811,90 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
   }
 }
 
+// Scores that rise as the warp-specialized kernel walks its keys (last block
+// first): a ramp toward key 0 that grows slower than the lazy max's slack per
+// block (exponents climbing toward 2^8 before the max moves), and sinks that
+// beat the running max by far more (at key 0, at the middle, in the cached
+// context of a chunk). Random scores never move a lazy max after a tile's first
+// block; these do, on both sides of the slack. The lazy and the exact max must
+// both match the reference.
+TEST(AttentionGpuTest, WarpSpecializedPrefillFollowsRisingMaxima) {
+  VPOD_REQUIRE_GPU();
+  auto rng = fresh_rng();
+  struct Case {
+    AttentionDims dims;
+    KvLayout layout;
+    HybridBatch batch;
+    const char* label;
+  };
+  const std::vector<Case> cases = {
+      {{32, 8, 128, DType::f16}, KvLayout::per_layer, make_batch({{0, 2049}}, {}), "rising prompt"},
+      {{16, 2, 64, DType::bf16},
+       KvLayout::all_layers,
+       make_batch({{1500, 600}, {0, 700}}, {}),
+       "rising chunk"},
+  };
+  for (const Case& c : cases) {
+    const AttentionDims& d = c.dims;
+    HostKvCache cache(d, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
+    cache.fill_cached(c.batch, rng);
+    StepInputs in = random_inputs(d, c.batch.num_tokens(), rng);
+    // Every query and key leans on one direction u (entries +-1): a key at
+    // position t with weight a(t) scores about 0.5 a(t) |u|^2 scale higher.
+    std::bernoulli_distribution coin(0.5);
+    std::vector<float> u(d.head_dim);
+    for (float& x : u) x = coin(rng) ? 1.f : -1.f;
+    auto lean = [&](std::uint16_t* x, float weight) {
+      for (int i = 0; i < d.head_dim; ++i) {
+        x[i] = testing::to_bits(d.dtype, to_float(d.dtype, x[i]) + weight * u[i]);
+      }
+    };
+    for (const BatchSequence& s : c.batch.prefills) {
+      const int n = s.cached_len + s.num_new;
+      auto weight = [n](int t) {
+        return 1.5f * static_cast<float>(n - t) / n + (t == 0 ? 5.f : 0.f) +
+               (t == n / 2 ? 2.5f : 0.f) + (t == n / 3 ? 3.f : 0.f);
+      };
+      for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < d.num_kv_heads; ++h) {
+          if (t < s.cached_len) {
+            lean(&cache.k[cache.index(s.slot, t, h)], weight(t));
+          } else {
+            const int row = s.token_offset + t - s.cached_len;
+            lean(&in.k_new[(static_cast<std::size_t>(row) * d.num_kv_heads + h) * d.head_dim],
+                 weight(t));
+          }
+        }
+      }
+      for (int i = 0; i < s.num_new; ++i) {
+        for (int h = 0; h < d.num_q_heads; ++h) {
+          const int row = s.token_offset + i;
+          lean(&in.q[(static_cast<std::size_t>(row) * d.num_q_heads + h) * d.head_dim], 0.5f);
+        }
+      }
+    }
+    HostKvCache cache_exact = cache;
+    GpuAttention gpu_lazy(cache), gpu_exact(cache_exact);
+    const float scale = 1.f / std::sqrt(static_cast<float>(d.head_dim));
+    PlanOptions lazy{num_sms(), 0, 0};
+    PlanOptions exact = lazy;
+    exact.kernels.ws_lazy_max = false;
+    const auto out_lazy = gpu_lazy.step(c.batch, in, lazy, scale);
+    const auto out_exact = gpu_exact.step(c.batch, in, exact, scale);
+    const std::vector<int> rows = rows_to_check(c.batch, rng);
+    const Comparison cl = compare_with_reference(cache, c.batch, in, out_lazy, scale, rows,
+                                                 label_of(d, c.layout, c.label).c_str());
+    const Comparison ce = compare_with_reference(cache_exact, c.batch, in, out_exact, scale, rows,
+                                                 label_of(d, c.layout, "exact max").c_str());
+    double max_diff = 0;
+    for (std::size_t i = 0; i < out_lazy.size(); ++i) {
+      max_diff = std::max<double>(
+          max_diff, std::abs(to_float(d.dtype, out_lazy[i]) - to_float(d.dtype, out_exact[i])));
+    }
+    EXPECT_LE(max_diff, 2 * std::max(cl.bound(), ce.bound())) << c.label;
+  }
+}
+
 // Contiguous caches of both layouts (GQA and MQA, fp16 and bf16, head_dim
 // 64 and 128) get TMA descriptors on sm_90; shapes the 64-dim box cannot
 // express, 4-byte elements and host memory are refused with a reason.

@@ -422,10 +422,13 @@ struct PrefillWsTile {
   }
 
   // Folds S (raw scores) into the running max and sum of this thread's two
-  // rows; S becomes exp2(S * scale - max); `correction` rescales O.
+  // rows; S becomes exp2(S * scale - max); `correction` rescales O. The max
+  // moves only when the block's beats it by more than `slack` (log2 units), so
+  // most blocks leave O unscaled (a correction of exactly 1); the exponents
+  // stay below 2^slack, and the final O / sum is the same quotient.
   static __device__ __forceinline__ void online_softmax(float (&s)[kSAcc], float (&row_max)[2],
                                                         float (&row_sum)[2], float (&correction)[2],
-                                                        float scale_log2) {
+                                                        float scale_log2, float slack) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float block_max = -INFINITY;
@@ -434,7 +437,7 @@ struct PrefillWsTile {
         block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
       }
       block_max = quad_max(block_max) * scale_log2;
-      const float new_max = fmaxf(row_max[h], block_max);
+      const float new_max = block_max > row_max[h] + slack ? block_max : row_max[h];
       // A row with every key so far masked keeps max -inf: exponents of 0
       // (not NaN) until a key arrives.
       const float base = new_max == -INFINITY ? 0.f : new_max;
@@ -593,7 +596,7 @@ struct PrefillWsTile {
       release_kv(sm.k_empty(ring.stage), lane);
       if (b == 0) release(sm.q_empty(), lane);
       mask_block(s, key0, kv_end, pos_rows, lane);
-      online_softmax(s, row_max, row_sum, correction, p.scale_log2);
+      online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.ws_max_slack);
       to_pa(s, pa);
       ws::RingState<kStages> v_ring = ring;  // the stage of the V that P multiplies
       ring.advance();
@@ -622,7 +625,7 @@ struct PrefillWsTile {
         if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > pos_warp) {
           mask_block(s, key0, kv_end, pos_rows, lane);
         }
-        online_softmax(s, row_max, row_sum, correction, p.scale_log2);
+        online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.ws_max_slack);
         softmax_done(row_sum, sm.o, kv_end);
         wgmma::wait<0>();  // P V done: O and the V stage are free
         wgmma::fence_operands(o);
