@@ -17,10 +17,11 @@ TEST(PerDeviceOnce, RunsOncePerDevice) {
   std::vector<int> runs(4, 0);
   for (int round = 0; round < 3; ++round) {
     for (int device : {0, 2, 3}) {
-      EXPECT_TRUE(once.run(device, [&] {
-                        ++runs[device];
-                        return Status();
-                      })
+      EXPECT_TRUE(once.run(device,
+                           [&] {
+                             ++runs[device];
+                             return Status();
+                           })
                       .ok());
     }
   }
@@ -41,15 +42,17 @@ TEST(PerDeviceOnce, RetriesAfterAFailure) {
   EXPECT_FALSE(first.ok());
   EXPECT_EQ(first.message(), "no attribute");
   EXPECT_FALSE(once.done(1));
-  EXPECT_TRUE(once.run(1, [&] {
-                    ++runs;
-                    return Status();
-                  })
+  EXPECT_TRUE(once.run(1,
+                       [&] {
+                         ++runs;
+                         return Status();
+                       })
                   .ok());
-  EXPECT_TRUE(once.run(1, [&] {
-                    ++runs;
-                    return Status();
-                  })
+  EXPECT_TRUE(once.run(1,
+                       [&] {
+                         ++runs;
+                         return Status();
+                       })
                   .ok());
   EXPECT_EQ(runs, 2);
 }
@@ -82,10 +85,11 @@ TEST(PerDeviceOnce, ConcurrentRanksEachPrepareTheirDevice) {
   for (int t = 0; t < 4 * kDevices; ++t) {
     threads.emplace_back([&, device = t % kDevices] {
       for (int i = 0; i < 100; ++i) {
-        EXPECT_TRUE(once.run(device, [&] {
-                          runs[device].fetch_add(1);
-                          return Status();
-                        })
+        EXPECT_TRUE(once.run(device,
+                             [&] {
+                               runs[device].fetch_add(1);
+                               return Status();
+                             })
                         .ok());
       }
     });
@@ -99,10 +103,11 @@ TEST(PerDeviceOnce, ConcurrentRanksEachPrepareTheirDevice) {
     EXPECT_LE(runs[d].load(), 4);
   }
   const int before = runs[0].load();
-  EXPECT_TRUE(once.run(0, [&] {
-                    runs[0].fetch_add(1);
-                    return Status();
-                  })
+  EXPECT_TRUE(once.run(0,
+                       [&] {
+                         runs[0].fetch_add(1);
+                         return Status();
+                       })
                   .ok());
   EXPECT_EQ(runs[0].load(), before);
 }

@@ -723,9 +723,10 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        0,
        "ws mixed g7 d64"},
       // K/V multicast (clusters of 2: query heads 2k, 2k + 1 share each K/V
-      // block; item-major walks only): a chunk with partial last blocks beside
-      // a prompt, prompts at d64, and a grid smaller than the GPU (group 2,
-      // planned splits; whole tiles, since a short one would pack).
+      // block; the pairs walk item-major): a chunk with partial last blocks
+      // beside a prompt, prompts at d64, a grid smaller than the GPU (group 2,
+      // planned splits; whole tiles, since a short one would pack), and a
+      // chunk whose items cost alike (one CTA per tile walks it head-major).
       {{32, 8, 128, DType::bf16},
        KvLayout::per_layer,
        make_batch({{3000, 1024}, {0, 500}}, {}),
@@ -741,6 +742,11 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
        make_batch({{0, 384}}, {}),
        0,
        "ws multicast small grid"},
+      {{32, 8, 128, DType::f16},
+       KvLayout::per_layer,
+       make_batch({{3000, 512}}, {}),
+       0,
+       "ws multicast alike chunk"},
   };
   for (const Case& c : cases) {
     HostKvCache cache(c.dims, c.layout, num_seqs(c.batch), max_context(c.batch), rng);
@@ -777,11 +783,12 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
       EXPECT_EQ(plan.prefill_pack(), 1) << c.label;
     }
     if (std::string_view(c.label).starts_with("ws multicast")) {
-      // One query head per tile, an even group, an item-major walk: the
-      // launcher multicasts wherever its clusters cover the SMs
-      // (KernelsFitThePlannedOccupancy).
+      // One query head per tile, an even group: the launcher multicasts
+      // wherever its clusters cover the SMs (KernelsFitThePlannedOccupancy).
       ASSERT_FALSE(plan.prefill_pack_mixed()) << c.label;
-      ASSERT_FALSE(plan.prefill_items_cost_alike()) << c.label << ": a head-major walk";
+      ASSERT_EQ(plan.prefill_items_cost_alike(),
+                c.label == std::string_view("ws multicast alike chunk"))
+          << c.label << ": the case must walk as its label says";
       ASSERT_EQ(c.dims.group_size() % 2, 0) << c.label;
     }
     {

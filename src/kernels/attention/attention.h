@@ -109,9 +109,9 @@ struct KernelOptions {
   // head per tile always (comparison).
   bool ws_gqa_pack = true;
   // The warp-specialized kernel runs clusters of 2 CTAs that share each K/V
-  // block by TMA multicast on item-major walks of one query head per tile with
-  // an even group (attention_kernels.cuh, launch_prefill_ws); false: one CTA
-  // per tile always (comparison).
+  // block by TMA multicast, walking item-major, on walks of one query head per
+  // tile with an even group (attention_kernels.cuh, launch_prefill_ws); false:
+  // one CTA per tile always (comparison).
   bool ws_multicast = true;
   // The warp-specialized kernel keeps a row's running max until a key block
   // beats it by more than kWsMaxSlack (log2 units), so O's rescale is skipped

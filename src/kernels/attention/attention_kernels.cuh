@@ -184,11 +184,10 @@ int ws_multicast_clusters() {
 // The warp-specialized kernel: min(tiles, SMs) persistent CTAs, or, with K/V
 // multicast, min(tile pairs, co-resident clusters) clusters of 2. Multicast
 // runs where the two query heads of a pair share their KV head (an even group,
-// one query head per tile: not packed), on item-major walks (prompts, whose
-// tiles differ in length; on the head-major walks of alike chunks the pair's
-// coupling costs more than it saves, docs/attention.md), and where the
-// clusters cover every SM
-// (a GPC with an odd free SM would otherwise idle it).
+// one query head per tile: not packed) and where the clusters cover every SM
+// (a GPC with an odd free SM would otherwise idle it). Pairs always walk
+// item-major, chunks whose one-CTA walk is head-major included
+// (docs/attention.md, *K/V multicast*).
 template <typename T, int kHeadDim>
 Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& options,
                          cudaStream_t stream) {
@@ -197,7 +196,7 @@ Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& opt
   VPOD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                             StatusCode::internal);
   if (options.ws_multicast && params.ws_mixed == 0 && params.ws_pack == 1 &&
-      params.ws_head_major == 0 && params.group_size % 2 == 0 && params.ws_num_tiles % 2 == 0) {
+      params.group_size % 2 == 0 && params.ws_num_tiles % 2 == 0) {
     const int clusters = ws_multicast_clusters<T, kHeadDim>();
     if (clusters > 0 && 2 * clusters >= sms - 1) {
       using Tile = PrefillWsTile<T, kHeadDim, 2>;

@@ -216,6 +216,7 @@ struct AttentionParams {
   TensorMapBytes q_tma_packed;
   // The warp-specialized kernel walks its tiles head-major (every item of a
   // query head, then the next head); 0: item-major (the launcher decides).
+  // K/V-multicast pairs walk item-major whatever it says.
   std::int32_t ws_head_major = 0;
   // Query heads per tile of the warp-specialized kernel: 1, one query head
   // per tile; group_size, a KV head's query heads packed into one tile, row r

@@ -35,9 +35,10 @@
 // chunk) each item has its own tile count and the walk finds a tile's item by
 // its first tile (PrefillWorkItem::ws_tile).
 //
-// K/V multicast (kCluster 2, the launcher's choice on item-major walks): two
-// CTAs of a cluster run query heads 2k and 2k + 1 of one item and each loads
-// half of every whole K/V block into both (see PrefillWsTile).
+// K/V multicast (kCluster 2, the launcher's choice on one-head walks with an
+// even group): two CTAs of a cluster run query heads 2k and 2k + 1 of one item
+// and each loads half of every whole K/V block into both (see PrefillWsTile);
+// the pairs always walk item-major.
 //
 // K/V come from the virtual KV tensor through the layer's TMA descriptors
 // (boxes of 64 dims x 64 tokens, two per 128-key block per 64-dim column).
@@ -150,8 +151,8 @@ struct RingState {
 // keys) by TMA into both CTAs' shared memory, and a stage is free once the
 // consumers of both CTAs released it. That halves the K/V bytes read from L2
 // (what they cost at the power cap, and where the pair's coupling costs more:
-// docs/attention.md, *K/V multicast on prompts*). The launcher picks it for
-// item-major walks of one query head per tile with an even group.
+// docs/attention.md, *K/V multicast*). The launcher picks it for walks of one
+// query head per tile with an even group.
 template <typename T, int kHeadDim, int kCluster = 1>
 struct PrefillWsTile {
   static constexpr int kBlockM = kPrefillBlockM;  // 128: one m64 half per consumer
@@ -241,10 +242,13 @@ struct PrefillWsTile {
     Tile tile;
     int item, head;
     if constexpr (kCluster == 2) {
-      // Pair t: query heads 2k + rank of one item (never packed or mixed).
+      // Pair t: query heads 2k + rank of one item (never packed or mixed),
+      // always item-major: on alike chunks, where one CTA per tile walks
+      // head-major, the pairs measured faster item-major and slower
+      // head-major (docs/attention.md, *K/V multicast*).
       const int pairs = p.num_q_heads / 2;
-      item = p.ws_head_major != 0 ? t % p.num_prefill_items : t / pairs;
-      const int pair = p.ws_head_major != 0 ? t / p.num_prefill_items : t % pairs;
+      item = t / pairs;
+      const int pair = t % pairs;
       head = 2 * pair + static_cast<int>(ws::pair_rank());
       tile.item = p.plan.prefill_items[item];
       tile.pack = 1;
