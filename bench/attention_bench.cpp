@@ -873,7 +873,8 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
   cmd.add_flag_callback(
       "--ws-head-major", [&options] { options.ws_head_major = true; },
       "the warp-specialized prefill walks its tiles head-major whatever their costs "
-      "(experiment; default: only when they cost alike)");
+      "(experiment; default: only when they cost alike; multicast pairs walk item-major, so "
+      "combine with --no-ws-multicast)");
   cmd.add_flag_callback(
       "--no-gqa-pack", [&options] { options.ws_gqa_pack = false; },
       "the warp-specialized prefill runs one query head per tile even where the plan allows a "

@@ -102,7 +102,8 @@ struct KernelOptions {
   bool ws_prefill = true;
   // The warp-specialized kernel walks its tiles head-major whatever their
   // costs (experiment; by default head-major only when the items cost alike,
-  // attention_launch.cpp).
+  // attention_launch.cpp). One CTA per tile only: K/V-multicast pairs always
+  // walk item-major.
   bool ws_head_major = false;
   // The warp-specialized kernel packs a KV head's query heads into one tile
   // where the plan allows it (AttentionPlan::prefill_pack); false: one query
