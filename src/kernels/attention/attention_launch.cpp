@@ -126,13 +126,14 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
       });
     }
   }
+  // The running max's slack (docs/attention.md, *The lazy running max*).
+  p.ws_max_slack = plan.kernel_options().ws_lazy_max ? kWsMaxSlack : 0.f;
   // The warp-specialized kernel's tile order (measured in docs/attention.md):
   // head-major when the items cost alike (chunks over a long context: the
   // CTAs sharing a KV head then stream its K/V together); item-major, longest
   // first, otherwise (a causal prompt's tiles run from 1 to n blocks, and
   // that order balances the persistent CTAs).
   // (A walk packed per item is item-major.)
-  p.ws_max_slack = plan.kernel_options().ws_lazy_max ? kWsMaxSlack : 0.f;
   p.ws_head_major =
       p.ws_mixed == 0 && (plan.kernel_options().ws_head_major || plan.prefill_items_cost_alike())
           ? 1
