@@ -884,9 +884,9 @@ void add_kernel_option_flags(CLI::App& cmd, attention::KernelOptions& options) {
       "the warp-specialized prefill runs one CTA per tile, not clusters of 2 sharing each K/V "
       "block by TMA multicast (comparison)");
   cmd.add_flag_callback(
-      "--no-lazy-max", [&options] { options.ws_lazy_max = false; },
-      "the warp-specialized prefill moves each row's running max on every rise, rescaling O, "
-      "instead of only past a slack of 2^8 (comparison)");
+      "--no-lazy-max", [&options] { options.lazy_max = false; },
+      "the prefill kernels (and POD's prefill side) move each row's running max on every rise, "
+      "rescaling O, instead of only past a slack of 2^8 (comparison)");
   cmd.add_flag_callback(
       "--no-tma", [&options] { options.tma = false; },
       "the wgmma prefill tile loads contiguous K/V by cp.async, not TMA (comparison)");

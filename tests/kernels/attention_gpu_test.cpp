@@ -818,14 +818,15 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillMatchesTheWgmmaTile) {
   }
 }
 
-// Scores that rise as the warp-specialized kernel walks its keys (last block
-// first): a ramp toward key 0 that grows slower than the lazy max's slack per
-// block (exponents climbing toward 2^8 before the max moves), and sinks that
-// beat the running max by far more (at key 0, at the middle, in the cached
-// context of a chunk). Random scores never move a lazy max after a tile's first
-// block; these do, on both sides of the slack. The lazy and the exact max must
-// both match the reference.
-TEST(AttentionGpuTest, WarpSpecializedPrefillFollowsRisingMaxima) {
+// Scores that rise as the prefill kernels walk their keys (last block first):
+// a ramp toward key 0 that grows slower than the lazy max's slack per block
+// (exponents climbing toward 2^8 before the max moves), and sinks that beat
+// the running max by far more (at key 0, at the middle, in the cached context
+// of a chunk). Random scores never move a lazy max after a tile's first block;
+// these do, on both sides of the slack. In each prefill kernel (the
+// warp-specialized one, the wgmma and the mma.sync tiles) the lazy and the
+// exact max must both match the reference.
+TEST(AttentionGpuTest, PrefillKernelsFollowRisingMaxima) {
   VPOD_REQUIRE_GPU();
   auto rng = fresh_rng();
   struct Case {
@@ -880,25 +881,36 @@ TEST(AttentionGpuTest, WarpSpecializedPrefillFollowsRisingMaxima) {
         }
       }
     }
-    HostKvCache cache_exact = cache;
-    GpuAttention gpu_lazy(cache), gpu_exact(cache_exact);
     const float scale = 1.f / std::sqrt(static_cast<float>(d.head_dim));
-    PlanOptions lazy{num_sms(), 0, 0};
-    PlanOptions exact = lazy;
-    exact.kernels.ws_lazy_max = false;
-    const auto out_lazy = gpu_lazy.step(c.batch, in, lazy, scale);
-    const auto out_exact = gpu_exact.step(c.batch, in, exact, scale);
     const std::vector<int> rows = rows_to_check(c.batch, rng);
-    const Comparison cl = compare_with_reference(cache, c.batch, in, out_lazy, scale, rows,
-                                                 label_of(d, c.layout, c.label).c_str());
-    const Comparison ce = compare_with_reference(cache_exact, c.batch, in, out_exact, scale, rows,
-                                                 label_of(d, c.layout, "exact max").c_str());
-    double max_diff = 0;
-    for (std::size_t i = 0; i < out_lazy.size(); ++i) {
-      max_diff = std::max<double>(
-          max_diff, std::abs(to_float(d.dtype, out_lazy[i]) - to_float(d.dtype, out_exact[i])));
+    struct Kernel {
+      const char* name;
+      bool ws, wgmma;
+    };
+    for (const Kernel k : {Kernel{"ws", true, true}, Kernel{"wgmma tile", false, true},
+                           Kernel{"mma.sync tile", false, false}}) {
+      const std::string label = std::string(c.label) + " (" + k.name + ")";
+      HostKvCache cache_lazy = cache, cache_exact = cache;
+      GpuAttention gpu_lazy(cache_lazy), gpu_exact(cache_exact);
+      PlanOptions lazy{num_sms(), 0, 0};
+      lazy.kernels.ws_prefill = k.ws;
+      lazy.kernels.wgmma_prefill = k.wgmma;
+      PlanOptions exact = lazy;
+      exact.kernels.lazy_max = false;
+      const auto out_lazy = gpu_lazy.step(c.batch, in, lazy, scale);
+      const auto out_exact = gpu_exact.step(c.batch, in, exact, scale);
+      const Comparison cl = compare_with_reference(cache_lazy, c.batch, in, out_lazy, scale, rows,
+                                                   label_of(d, c.layout, label.c_str()).c_str());
+      const Comparison ce =
+          compare_with_reference(cache_exact, c.batch, in, out_exact, scale, rows,
+                                 label_of(d, c.layout, (label + ", exact max").c_str()).c_str());
+      double max_diff = 0;
+      for (std::size_t i = 0; i < out_lazy.size(); ++i) {
+        max_diff = std::max<double>(
+            max_diff, std::abs(to_float(d.dtype, out_lazy[i]) - to_float(d.dtype, out_exact[i])));
+      }
+      EXPECT_LE(max_diff, 2 * std::max(cl.bound(), ce.bound())) << label;
     }
-    EXPECT_LE(max_diff, 2 * std::max(cl.bound(), ce.bound())) << c.label;
   }
 }
 

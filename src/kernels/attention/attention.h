@@ -114,10 +114,11 @@ struct KernelOptions {
   // tile with an even group (attention_kernels.cuh, launch_prefill_ws); false:
   // one CTA per tile always (comparison).
   bool ws_multicast = true;
-  // The warp-specialized kernel keeps a row's running max until a key block
-  // beats it by more than kWsMaxSlack (log2 units), so O's rescale is skipped
+  // Every prefill kernel (the warp-specialized one, the wgmma and mma.sync
+  // tiles, POD's prefill side) keeps a row's running max until a key block
+  // beats it by more than kMaxSlack (log2 units), so O's rescale is skipped
   // on most blocks; false: the max follows every rise (comparison).
-  bool ws_lazy_max = true;
+  bool lazy_max = true;
   // Split decodes merge inside the decode kernel (arrival counters, or the
   // cluster merge where planned); false: the separate combine kernel.
   bool decode_merge_in_kernel = true;

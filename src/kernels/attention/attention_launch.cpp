@@ -127,7 +127,7 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
     }
   }
   // The running max's slack (docs/attention.md, *The lazy running max*).
-  p.ws_max_slack = plan.kernel_options().ws_lazy_max ? kWsMaxSlack : 0.f;
+  p.max_slack = plan.kernel_options().lazy_max ? kMaxSlack : 0.f;
   // The warp-specialized kernel's tile order (measured in docs/attention.md):
   // head-major when the items cost alike (chunks over a long context: the
   // CTAs sharing a KV head then stream its K/V together); item-major, longest

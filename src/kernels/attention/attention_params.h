@@ -27,10 +27,10 @@ inline constexpr int kPrefillCtasPerSm = 2;
 inline constexpr int kDecodeCtasPerSm = 2;
 // The heads decode kernel: one warp per (KV head, head chunk), 4 per CTA.
 inline constexpr int kDecodeHeadsPerCta = 4;
-// The warp-specialized prefill's lazy running max (KernelOptions::ws_lazy_max):
+// The prefill kernels' lazy running max (KernelOptions::lazy_max):
 // exponents up to 2^8 = 256 keep P exact to its format's relative precision
 // in fp16 and bf16 and O / the row sums far from fp32's range.
-inline constexpr float kWsMaxSlack = 8.f;
+inline constexpr float kMaxSlack = 8.f;
 // GQA packing: a prefill tile of `rows` query rows can hold a KV head's whole
 // group of query heads (PrefillWorkItem::pack; the planners' shared rule).
 constexpr bool gqa_tile_packs(int rows, int group) {
@@ -228,10 +228,11 @@ struct AttentionParams {
   // unused and the walk has ws_num_tiles tiles.
   std::int32_t ws_mixed = 0;
   std::int32_t ws_num_tiles = 0;
-  // The warp-specialized kernel moves a row's running max only when a key
-  // block's max beats it by more than this (log2 units; 0: on every rise).
-  // Exponents stay below 2^ws_max_slack (KernelOptions::ws_lazy_max).
-  float ws_max_slack = 0.f;
+  // The prefill kernels (warp-specialized, wgmma and mma.sync tiles, POD's
+  // prefill side) move a row's running max only when a key block's max beats
+  // it by more than this (log2 units; 0: on every rise).
+  // Exponents stay below 2^max_slack (KernelOptions::lazy_max).
+  float max_slack = 0.f;
   std::int32_t num_q_heads = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;          // num_q_heads / num_kv_heads

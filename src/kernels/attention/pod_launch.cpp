@@ -86,6 +86,9 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   if (config.virtual_decode != 1) a.plan.decode_counters = nullptr;
   const bool decode_merged = a.plan.decode_counters != nullptr;
   const KernelOptions& options = ap.kernel_options();
+  // The prefill side's lazy running max, as in the serial prefill kernels
+  // (POD's prefill rows equal theirs bit for bit).
+  a.max_slack = options.lazy_max ? kMaxSlack : 0.f;
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_pod_f16(p, options, dims.head_dim, stream)
                            : detail::launch_pod_bf16(p, options, dims.head_dim, stream));

@@ -157,7 +157,9 @@ struct PrefillTile {
       }
 
       // Online softmax. A row with every key masked so far keeps max -inf; it
-      // subtracts 0 instead, so no -inf - -inf NaN appears.
+      // subtracts 0 instead, so no -inf - -inf NaN appears. The max moves
+      // only past p.max_slack, and a warp whose rows all kept theirs skips
+      // O's rescale (a correction of exactly 1).
 #pragma unroll
       for (int mi = 0; mi < kMAtoms; ++mi) {
 #pragma unroll
@@ -168,15 +170,18 @@ struct PrefillTile {
             block_max = fmaxf(block_max, fmaxf(s[mi][j][2 * h], s[mi][j][2 * h + 1]));
           }
           block_max = quad_max(block_max) * p.scale_log2;
-          const float new_max = fmaxf(row_max[mi][h], block_max);
+          const float new_max =
+              block_max > row_max[mi][h] + p.max_slack ? block_max : row_max[mi][h];
           const float base = new_max == -INFINITY ? 0.f : new_max;
           const float correction = exp2_approx(row_max[mi][h] - base);
           row_max[mi][h] = new_max;
           float sum = row_sum[mi][h] * correction;
+          if (__any_sync(0xffffffffu, correction != 1.f)) {
 #pragma unroll
-          for (int d = 0; d < kDAtoms; ++d) {
-            o[mi][d][2 * h] *= correction;
-            o[mi][d][2 * h + 1] *= correction;
+            for (int d = 0; d < kDAtoms; ++d) {
+              o[mi][d][2 * h] *= correction;
+              o[mi][d][2 * h + 1] *= correction;
+            }
           }
 #pragma unroll
           for (int j = 0; j < kNAtoms; ++j) {

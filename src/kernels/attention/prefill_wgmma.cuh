@@ -334,13 +334,15 @@ struct PrefillWgmmaTile {
 
   // Masks, then folds one m64 half's S block (64 keys) into that half's
   // online softmax: rescales its O and running sum, and leaves P (exp2 of the
-  // scaled scores) in the A fragment layout of each 16-key k step.
+  // scaled scores) in the A fragment layout of each 16-key k step. The max
+  // moves only past `slack` (AttentionParams::max_slack), so most blocks
+  // leave O unscaled.
   static __device__ __forceinline__ void softmax_half(float (&s)[kSAcc], float (&o)[kOAcc],
                                                       float (&row_max)[2], float (&row_sum)[2],
                                                       std::uint32_t (&pa)[kPSteps][4], int mh,
                                                       int key0, int causal_row0, int kv_end,
-                                                      float scale_log2, int warp, int lane,
-                                                      bool lazy_rescale) {
+                                                      float scale_log2, float slack, int warp,
+                                                      int lane, bool lazy_rescale) {
     // Mask keys past the split's end and above the causal diagonal.
     const int warp_row0 = mh * 64 + warp * 16;
     if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > causal_row0 + warp_row0) {
@@ -363,7 +365,7 @@ struct PrefillWgmmaTile {
         block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
       }
       block_max = quad_max(block_max) * scale_log2;
-      const float new_max = fmaxf(row_max[h], block_max);
+      const float new_max = block_max > row_max[h] + slack ? block_max : row_max[h];
       const float base = new_max == -INFINITY ? 0.f : new_max;
       const float correction = exp2_approx(row_max[h] - base);
       row_max[h] = new_max;
@@ -561,7 +563,7 @@ struct PrefillWgmmaTile {
       wgmma::wait<1>();  // S0 done; S1 may still run
       wgmma::fence_operands(s[0]);
       softmax_half(s[0], o[0], row_max[0], row_sum[0], pa[0], 0, key0, causal_row0, item.kv_end,
-                   p.scale_log2, warp, lane, knobs.lazy_rescale);
+                   p.scale_log2, p.max_slack, warp, lane, knobs.lazy_rescale);
 
       // O0 += P0 V runs while the warps compute P1.
       wgmma::fence_operands(o[0]);
@@ -571,7 +573,7 @@ struct PrefillWgmmaTile {
       wgmma::wait<1>();  // S1 done; O0 += P0 V may still run
       wgmma::fence_operands(s[1]);
       softmax_half(s[1], o[1], row_max[1], row_sum[1], pa[1], 1, key0, causal_row0, item.kv_end,
-                   p.scale_log2, warp, lane, knobs.lazy_rescale);
+                   p.scale_log2, p.max_slack, warp, lane, knobs.lazy_rescale);
       wgmma::fence_operands(o[1]);
       wgmma::fence();
       pv_half(o[1], pa[1], desc_v);

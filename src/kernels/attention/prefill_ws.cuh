@@ -600,7 +600,7 @@ struct PrefillWsTile {
       release_kv(sm.k_empty(ring.stage), lane);
       if (b == 0) release(sm.q_empty(), lane);
       mask_block(s, key0, kv_end, pos_rows, lane);
-      online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.ws_max_slack);
+      online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.max_slack);
       to_pa(s, pa);
       ws::RingState<kStages> v_ring = ring;  // the stage of the V that P multiplies
       ring.advance();
@@ -629,7 +629,7 @@ struct PrefillWsTile {
         if (key0 + kBlockN > kv_end || key0 + kBlockN - 1 > pos_warp) {
           mask_block(s, key0, kv_end, pos_rows, lane);
         }
-        online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.ws_max_slack);
+        online_softmax(s, row_max, row_sum, correction, p.scale_log2, p.max_slack);
         softmax_done(row_sum, sm.o, kv_end);
         wgmma::wait<0>();  // P V done: O and the V stage are free
         wgmma::fence_operands(o);
