@@ -802,6 +802,7 @@ int run(const Args& args) {
                                 {"fused", r.config.fused},
                                 {"ratio", attention::pod_ratio_name(r.config.ratio)},
                                 {"serial_estimate_us", r.config.serial_estimate_us},
+                                {"serial_prefill_estimate_us", r.config.serial_prefill_estimate_us},
                                 {"prefill_beyond_limit", r.config.prefill_beyond_limit},
                                 {"plan", r.config.reason},
                                 {"serial_prefill_items", r.serial_prefill_items},

@@ -120,6 +120,9 @@ struct PodConfig {
   // The serial kernels' estimate (0 when not estimated: made for the
   // fallback, or for PodOptions::explain without it).
   double serial_estimate_us = 0;
+  // Its prefill part (the rest is the decode grid's): lets a benchmark replay
+  // the fallback rule under another prefill cost offline.
+  double serial_prefill_estimate_us = 0;
   // Why, in words: only with PodOptions::explain (else empty).
   std::string reason;
 };

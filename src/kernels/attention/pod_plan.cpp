@@ -586,6 +586,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
       }
     }
     serial_us = prefill_us + decode_us;
+    config.serial_prefill_estimate_us = prefill_us;
   }
   const Choice& within = decision.within;
   const Choice& beyond = decision.beyond;
