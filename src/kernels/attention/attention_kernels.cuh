@@ -148,31 +148,45 @@ Status prepare_ws_multicast() {
   return Status();
 }
 
+// The launch configuration of the K/V-multicast warp-specialized kernel: CTAs
+// in clusters of 2. The config points at the cluster attribute beside it, so
+// the object is neither copied nor moved.
+template <typename T, int kHeadDim>
+struct WsMulticastLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute cluster{};
+
+  WsMulticastLaunch(unsigned grid, cudaStream_t stream) {
+    using Tile = PrefillWsTile<T, kHeadDim, 2>;
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(Tile::kThreads);
+    config.dynamicSmemBytes = Tile::kSmemBytes;
+    config.stream = stream;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  WsMulticastLaunch(const WsMulticastLaunch&) = delete;
+  WsMulticastLaunch& operator=(const WsMulticastLaunch&) = delete;
+};
+
 // Clusters of 2 of the K/V-multicast warp-specialized kernel that fit on the
 // device at once (0 where none would), queried once per process (the devices of
 // one process are alike; the opt-in above is per device).
 template <typename T, int kHeadDim>
 int ws_multicast_clusters() {
   static const int clusters = [] {
-    using Tile = PrefillWsTile<T, kHeadDim, 2>;
-    auto* kernel = prefill_ws_kernel<T, kHeadDim, 2>;
     if (!cuda::prepare_on_current_device<&prepare_ws_multicast<T, kHeadDim>>().ok()) {
       (void)cudaGetLastError();
       return 0;
     }
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(2 * 1024);
-    config.blockDim = dim3(Tile::kThreads);
-    config.dynamicSmemBytes = Tile::kSmemBytes;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 2;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    const WsMulticastLaunch<T, kHeadDim> launch(2 * 1024, nullptr);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, prefill_ws_kernel<T, kHeadDim, 2>, &launch.config) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -199,22 +213,11 @@ Status launch_prefill_ws(const AttentionParams& params, const KernelOptions& opt
       params.group_size % 2 == 0 && params.ws_num_tiles % 2 == 0) {
     const int clusters = ws_multicast_clusters<T, kHeadDim>();
     if (clusters > 0 && 2 * clusters >= sms - 1) {
-      using Tile = PrefillWsTile<T, kHeadDim, 2>;
       VPOD_RETURN_IF_ERROR((cuda::prepare_on_current_device<&prepare_ws_multicast<T, kHeadDim>>()));
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(static_cast<unsigned>(2 * std::min(params.ws_num_tiles / 2, clusters)));
-      config.blockDim = dim3(Tile::kThreads);
-      config.dynamicSmemBytes = Tile::kSmemBytes;
-      config.stream = stream;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = 2;
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
+      const WsMulticastLaunch<T, kHeadDim> launch(
+          static_cast<unsigned>(2 * std::min(params.ws_num_tiles / 2, clusters)), stream);
       VPOD_CUDA_RETURN_IF_ERROR(
-          cudaLaunchKernelEx(&config, prefill_ws_kernel<T, kHeadDim, 2>, params),
+          cudaLaunchKernelEx(&launch.config, prefill_ws_kernel<T, kHeadDim, 2>, params),
           StatusCode::internal);
       return Status();
     }
