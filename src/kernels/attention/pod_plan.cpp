@@ -39,9 +39,11 @@ constexpr int kDefaultVirtualDecode = 1;
 // adds a combine launch and the fp32 partial rows' write and read.
 constexpr double kPrefillBlockUs128 = 4.3;
 constexpr double kWgmmaPrefillBlockUs128 = 2.6;
-// The warp-specialized standalone prefill (prefill_ws.cuh) runs the same
-// tiles about this much faster than the one-warpgroup wgmma tile
-// (docs/attention.md): the serial estimate divides by it.
+// The serial estimate divides the tile's block cost by this where the
+// warp-specialized standalone prefill (prefill_ws.cuh) runs. It is fitted to
+// the fallback's choices on a measured sweep, not to the two kernels'
+// standalone ratio, which is larger: both estimates run high (docs/pod.md,
+// *Is kWsPrefillSpeedup still right?*).
 constexpr double kWsPrefillSpeedup = 1.15;
 constexpr double kCombineLaunchUs = 4.0;
 constexpr double kPartialBytesPerUs = 3.0e6;  // ~3 TB/s
