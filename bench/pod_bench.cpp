@@ -141,7 +141,6 @@ struct Args {
   std::string dtype = "fp16";
   std::string ratio = "auto";
   bool no_fallback = false;  // PodOptions::serial_fallback = false
-  int virtual_decode = 0;
   int prefill_splits = 0;
   int decode_splits = 0;
   int sweep = 200;
@@ -320,7 +319,6 @@ Result<attention::PodOptions> pod_options(const Args& args, const attention::Pod
   VPOD_ASSIGN_OR_RETURN(options.ratio, attention::parse_pod_ratio(
                                            options.choose_ratio ? "proportional" : args.ratio));
   options.serial_fallback = !args.no_fallback;
-  options.virtual_decode = args.virtual_decode;
   options.prefill_splits = args.prefill_splits;
   options.decode_splits = args.decode_splits;
   options.allow_beyond_prefill_limit = !args.strict_prefill_limit;
@@ -358,7 +356,7 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
     } else {
       (void)cudaGetLastError();
       device.num_sms = 132;
-      device.ctas_per_sm[1] = device.ctas_per_sm[2] = 2;
+      device.ctas_per_sm = 2;
       device.wgmma_prefill = args.prefill_tile != "mma";
       device.ws_prefill = device.wgmma_prefill;  // an H200 runs the warp-specialized prefill
     }
@@ -387,11 +385,10 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
       pod_us += t1 - t0;
       serial_us += t2 - t1;
       const attention::PodConfig& pc = plan.config();
-      plan_text = pc.fused ? fmt::format("{}/{} {}+{}x{} {} (estimate {:.0f} us, serial {:.0f} us)",
+      plan_text = pc.fused ? fmt::format("{}/{} {}+{} {} (estimate {:.0f} us, serial {:.0f} us)",
                                          pc.prefill_splits, pc.decode_splits, pc.prefill_ctas,
-                                         pc.decode_ctas, pc.virtual_decode,
-                                         attention::pod_ratio_name(pc.ratio), pc.estimate_us,
-                                         pc.serial_estimate_us)
+                                         pc.decode_ctas, attention::pod_ratio_name(pc.ratio),
+                                         pc.estimate_us, pc.serial_estimate_us)
                            : fmt::format("serial fallback (estimate {:.0f} us, serial {:.0f} us)",
                                          pc.estimate_us, pc.serial_estimate_us);
     }
@@ -643,13 +640,9 @@ int run(const Args& args) {
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   const bool wgmma = !rows.empty() && rows.front().config.wgmma_prefill;
-  fmt::print(
-      "vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, virtual decode {}, POD prefill tile "
-      "{}{}\n",
-      date, prop.name, dtype_name(*dtype), args.ratio,
-      args.virtual_decode == 0 ? std::string("planner") : std::to_string(args.virtual_decode),
-      wgmma ? "wgmma" : "mma.sync",
-      args.strict_prefill_limit ? ", strict prefill limit (2 x SMs)" : "");
+  fmt::print("vpod bench pod  {}  {}  {}  head_dim 128, ratio {}, POD prefill tile {}{}\n", date,
+             prop.name, dtype_name(*dtype), args.ratio, wgmma ? "wgmma" : "mma.sync",
+             args.strict_prefill_limit ? ", strict prefill limit (2 x SMs)" : "");
   fmt::print("{:<34} {:>9} {:>9} {:>8} {:>9} {:>8}  {:<26} {}\n", "case", "POD ms", "serial ms",
              "speedup", "bound ms", "POD/bnd", "plan (splits p/d, CTAs p+d)", "check");
   bool all_valid = true;
@@ -668,8 +661,8 @@ int run(const Args& args) {
     }
     const std::string plan =
         r.config.fused
-            ? fmt::format("{}/{} {}+{}x{} {}", r.config.prefill_splits, r.config.decode_splits,
-                          r.config.prefill_ctas, r.config.decode_ctas, r.config.virtual_decode,
+            ? fmt::format("{}/{} {}+{} {}", r.config.prefill_splits, r.config.decode_splits,
+                          r.config.prefill_ctas, r.config.decode_ctas,
                           r.config.ratio == attention::PodRatio::even ? "even" : "prop")
             : std::string("serial fallback");
     if (r.c.named || rows.size() <= 40 || !r.valid) {
@@ -764,7 +757,6 @@ int run(const Args& args) {
     out["head_dim"] = 128;
     out["ratio"] = args.ratio;
     out["strict_prefill_limit"] = args.strict_prefill_limit;
-    out["virtual_decode"] = args.virtual_decode;
     out["pod_prefill_tile"] = wgmma ? "wgmma" : "mma.sync";
     out["compare_ratio"] = args.compare_ratio;
     out["peak_tflops"] = kPeakTflops;
@@ -794,7 +786,6 @@ int run(const Args& args) {
                                 {"max_diff", r.max_diff},
                                 {"prefill_splits", r.config.prefill_splits},
                                 {"decode_splits", r.config.decode_splits},
-                                {"virtual_decode", r.config.virtual_decode},
                                 {"prefill_ctas", r.config.prefill_ctas},
                                 {"decode_ctas", r.config.decode_ctas},
                                 {"ctas_per_sm", r.config.ctas_per_sm},
@@ -859,8 +850,6 @@ void add_pod_bench(CLI::App& bench) {
       ->check(CLI::IsMember({"named", "all", "none"}))
       ->capture_default_str();
   add_kernel_option_flags(*cmd, args->kernels);
-  cmd->add_option("--virtual", args->virtual_decode, "decode tiles per CTA (0: planner, 1, 2)")
-      ->capture_default_str();
   cmd->add_option("--prefill-splits", args->prefill_splits, "force prefill KV splits (0: plan)");
   cmd->add_option("--decode-splits", args->decode_splits, "force decode KV splits (0: plan)");
   cmd->add_option("--sweep", args->sweep, "random sweep cases (0: none)")->capture_default_str();

@@ -32,7 +32,6 @@ StepGraphKey make_step_graph_key(const StepTensors& step, const StepPlan& plan,
     key.pod_mode = static_cast<int>(pc.mode);
     key.pod_grid = pc.grid;
     key.pod_prefill_ctas = pc.prefill_ctas;
-    key.pod_virtual_decode = pc.virtual_decode;
     key.pod_ratio = static_cast<int>(pc.ratio);
   }
   return key;

@@ -32,11 +32,10 @@ struct StepGraphKey {
   int prefill_combines = -1;
   int decode_combines = -1;
   int partial_rows = -1;
-  // The fused POD launch's configuration (grid, kinds, decode tiles per CTA).
+  // The fused POD launch's configuration (grid, kinds).
   int pod_mode = -1;
   int pod_grid = -1;
   int pod_prefill_ctas = -1;
-  int pod_virtual_decode = -1;
   int pod_ratio = -1;
   // FlashInfer's paged plan (PagedPlan::launch_key: plan infos, buffers).
   std::uint64_t flashinfer_plan = 0;

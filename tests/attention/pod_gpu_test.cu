@@ -3,10 +3,8 @@
 //   - POD's prefill rows equal the separate prefill kernel's bit for bit (same
 //     tile code, same plan: the wgmma tile on sm_90a, else mma.sync; a test
 //     forces POD's mma.sync tile where the separate kernel runs wgmma, and
-//     checks it against the reference only), and so do its decode rows with
-//     one decode tile per CTA (split decodes merged in the kernel in both);
-//     with two (virtual decode CTAs, a different reduction order) they stay
-//     within the test tolerance of the separate decode kernel;
+//     checks it against the reference only), and so do its decode rows (split
+//     decodes merged in the kernel in both);
 //   - POD's rows match the CPU fp64 reference on sampled rows within twice a
 //     naive same-precision implementation's error plus FlashAttention-3's atol;
 //   - every output element is finite (nothing left poisoned) and the
@@ -413,7 +411,7 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
   if (same_prefill_tile && prefill_diff > 0) {
     fail(std::to_string(prefill_diff) + " prefill elements differ from the prefill kernel's");
   }
-  if (cfg.virtual_decode == 1 && decode_diff > 0) {
+  if (decode_diff > 0) {
     fail(std::to_string(decode_diff) + " decode elements differ from the decode kernel's (max " +
          std::to_string(decode_max) + " at row " + std::to_string(decode_worst) + ")");
   }
@@ -430,36 +428,27 @@ bool check_batch(PodRun& run, std::mt19937_64& rng, const std::string& label) {
          std::to_string(c.bound) + " at row " + std::to_string(c.worst_row) + " head " +
          std::to_string(c.worst_head) + " (serial err " + std::to_string(cs.err) + ")");
   }
-  // The virtual tiles' rounding differs from the decode kernel's by at most
-  // the sum of both errors against the exact result.
-  if (decode_max > c.bound + cs.bound) {
-    fail("POD decode rows differ from the decode kernel's by " + std::to_string(decode_max) +
-         " at row " + std::to_string(decode_worst));
-  }
   std::printf(
-      "[pod] %-40s %s grid %5d (%4d prefill, %4d decode CTAs x%d, splits %d/%d) err %.2e <= "
+      "[pod] %-40s %s grid %5d (%4d prefill, %4d decode CTAs, splits %d/%d) err %.2e <= "
       "%.2e decode diff %.1e\n",
       label.c_str(), cfg.wgmma_prefill ? "wgmma" : "mma", cfg.grid, cfg.prefill_ctas,
-      cfg.decode_ctas, cfg.virtual_decode, cfg.prefill_splits, cfg.decode_splits, c.err, c.bound,
-      decode_max);
+      cfg.decode_ctas, cfg.prefill_splits, cfg.decode_splits, c.err, c.bound, decode_max);
   return ok;
 }
 
-PodOptions options_for(const AttentionDims& dims, int virtual_decode = 0,
-                       PodRatio ratio = PodRatio::proportional) {
+PodOptions options_for(const AttentionDims& dims, PodRatio ratio = PodRatio::proportional) {
   PodOptions o;
   o.device = device_for(dims);
-  o.virtual_decode = virtual_decode;
   o.ratio = ratio;
   o.choose_ratio = false;     // the test's ratio
   o.serial_fallback = false;  // the fused kernel (SerialFallbackRunsTheSerialKernels: the fallback)
   return o;
 }
 
-std::string label_of(const char* what, const AttentionDims& d, KvLayout layout, int v) {
+std::string label_of(const char* what, const AttentionDims& d, KvLayout layout) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%s %s d%d %d/%d %s v%d", what, dtype_name(d.dtype).data(),
-                d.head_dim, d.num_q_heads, d.num_kv_heads, testing::layout_name(layout), v);
+  std::snprintf(buf, sizeof buf, "%s %s d%d %d/%d %s", what, dtype_name(d.dtype).data(), d.head_dim,
+                d.num_q_heads, d.num_kv_heads, testing::layout_name(layout));
   return buf;
 }
 
@@ -473,13 +462,9 @@ TEST(PodGpuTest, DeviceConfigurationFromOccupancy) {
       const AttentionDims dims{32, 8, d, dt};
       for (bool allow_wgmma : {true, false}) {
         const PodDevice& dev = device_for(dims, allow_wgmma);
-        std::printf(
-            "[pod] %s d%d %s prefill tile: %d SMs, CTAs per SM %d (1 decode tile) / %d "
-            "(2 virtual)\n",
-            dtype_name(dt).data(), d, dev.wgmma_prefill ? "wgmma" : "mma.sync", dev.num_sms,
-            dev.ctas_per_sm[1], dev.ctas_per_sm[2]);
-        EXPECT_GE(dev.ctas_per_sm[1], 1);
-        EXPECT_GE(dev.ctas_per_sm[2], 1);
+        std::printf("[pod] %s d%d %s prefill tile: %d SMs, CTAs per SM %d\n", dtype_name(dt).data(),
+                    d, dev.wgmma_prefill ? "wgmma" : "mma.sync", dev.num_sms, dev.ctas_per_sm);
+        EXPECT_GE(dev.ctas_per_sm, 1);
         if (!allow_wgmma) EXPECT_FALSE(dev.wgmma_prefill);
         // The H200 build carries sm_90a code (VPOD_CUDA_ARCHS=90a): there POD
         // must run the wgmma tile, as the standalone prefill does.
@@ -519,15 +504,13 @@ TEST(PodGpuTest, RandomHybridBatchesMatchSeparateKernelsAndReference) {
     std::vector<int> decodes;
     for (int i = 0; i < n_decode; ++i) decodes.push_back(1 + pick(pick(4) == 0 ? 64 : 1100));
     const HybridBatch batch = make_batch(prefills, decodes);
-    PodOptions options =
-        options_for(dims, 1 + pick(2), pick(2) ? PodRatio::even : PodRatio::proportional);
+    PodOptions options = options_for(dims, pick(2) ? PodRatio::even : PodRatio::proportional);
     if (pick(3) == 0) options.device.num_sms = 4 + pick(28);  // small plans: splits
     if (pick(4) == 0) options.prefill_splits = 1 + pick(3);
     if (pick(4) == 0) options.decode_splits = 1 + pick(4);
     PodRun run(dims, layout, batch, options, rng);
-    const std::string label = "sweep " + std::to_string(b) + " " +
-                              label_of("", dims, layout, options.virtual_decode) + " " +
-                              pod_ratio_name(options.ratio);
+    const std::string label = "sweep " + std::to_string(b) + " " + label_of("", dims, layout) +
+                              " " + pod_ratio_name(options.ratio);
     if (!check_batch(run, rng, label)) ++failures;
     if (failures >= 5) {
       ADD_FAILURE() << "stopping after 5 failing batches";
@@ -561,23 +544,20 @@ TEST(PodGpuTest, EdgeCases) {
   };
   struct Config {
     AttentionDims dims;
-    int virtual_decode;
     PodRatio ratio;
     KvLayout layout;
   };
   const Config configs[] = {
-      {{32, 8, 128, DType::f16}, 2, PodRatio::proportional, KvLayout::per_layer},
-      {{8, 1, 64, DType::bf16}, 1, PodRatio::even, KvLayout::all_layers},
-      {{16, 2, 128, DType::bf16}, 1, PodRatio::proportional, KvLayout::all_layers},
+      {{32, 8, 128, DType::f16}, PodRatio::proportional, KvLayout::per_layer},
+      {{8, 1, 64, DType::bf16}, PodRatio::even, KvLayout::all_layers},
+      {{16, 2, 128, DType::bf16}, PodRatio::proportional, KvLayout::all_layers},
   };
   for (const EdgeCase& c : cases) {
     for (const Config& cfg : configs) {
       const HybridBatch batch = make_batch(c.prefills, c.decodes);
-      PodRun run(cfg.dims, cfg.layout, batch, options_for(cfg.dims, cfg.virtual_decode, cfg.ratio),
-                 rng);
+      PodRun run(cfg.dims, cfg.layout, batch, options_for(cfg.dims, cfg.ratio), rng);
       check_batch(run, rng,
-                  std::string(c.name) + " " +
-                      label_of("", cfg.dims, cfg.layout, cfg.virtual_decode) + " " +
+                  std::string(c.name) + " " + label_of("", cfg.dims, cfg.layout) + " " +
                       pod_ratio_name(cfg.ratio));
     }
   }
@@ -601,7 +581,6 @@ TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
     for (int i = pick(20); i > 0; --i) decodes.push_back(1 + pick(1500));
     PodOptions options;
     options.device = device_for(dims, /*allow_wgmma=*/false);
-    options.virtual_decode = 1 + pick(2);
     options.ratio = pick(2) ? PodRatio::even : PodRatio::proportional;
     options.choose_ratio = false;
     options.serial_fallback = false;
@@ -609,8 +588,7 @@ TEST(PodGpuTest, MmaPrefillTileMatchesReference) {
     PodRun run(dims, layout, make_batch(prefills, decodes), options, rng);
     ASSERT_FALSE(run.plan().config().wgmma_prefill);
     if (!check_batch(run, rng,
-                     "mma tile " + std::to_string(b) + " " +
-                         label_of("", dims, layout, options.virtual_decode))) {
+                     "mma tile " + std::to_string(b) + " " + label_of("", dims, layout))) {
       ++failures;
     }
   }
@@ -622,13 +600,11 @@ TEST(PodGpuTest, SmallBatchForSanitizer) {
   VPOD_REQUIRE_GPU();
   std::mt19937_64 rng = fresh_rng("small");
   const AttentionDims dims{8, 2, 128, DType::f16};
-  for (int v : {1, 2}) {
-    const HybridBatch batch = make_batch({{70, 130}, {0, 3}}, {1, 100, 300});
-    PodOptions options = options_for(dims, v);
-    options.decode_splits = 2;  // one split decode: the combine path too
-    PodRun run(dims, KvLayout::all_layers, batch, options, rng);
-    EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::all_layers, v)));
-  }
+  const HybridBatch batch = make_batch({{70, 130}, {0, 3}}, {1, 100, 300});
+  PodOptions options = options_for(dims);
+  options.decode_splits = 2;  // one split decode: the combine path too
+  PodRun run(dims, KvLayout::all_layers, batch, options, rng);
+  EXPECT_TRUE(check_batch(run, rng, label_of("small", dims, KvLayout::all_layers)));
 }
 
 // The serial fallback (the planner's choice where the fused kernel's
@@ -683,14 +659,12 @@ TEST(PodGpuTest, GraphReplayEqualsDirectLaunch) {
   VPOD_REQUIRE_GPU();
   std::mt19937_64 rng = fresh_rng("graph");
   const AttentionDims dims{32, 8, 128, DType::f16};
-  for (int v : {1, 2}) {
-    const HybridBatch batch = make_batch({{700, 300}, {0, 64}}, std::vector<int>(48, 900));
-    PodRun run(dims, KvLayout::all_layers, batch, options_for(dims, v), rng);
-    const auto direct = run.run_pod();
-    const auto replayed = run.run_pod({}, /*graph=*/true);
-    EXPECT_TRUE(direct == replayed) << "graph replay differs (v" << v << ")";
-    EXPECT_TRUE(run.counters_are_zero());
-  }
+  const HybridBatch batch = make_batch({{700, 300}, {0, 64}}, std::vector<int>(48, 900));
+  PodRun run(dims, KvLayout::all_layers, batch, options_for(dims), rng);
+  const auto direct = run.run_pod();
+  const auto replayed = run.run_pod({}, /*graph=*/true);
+  EXPECT_TRUE(direct == replayed) << "graph replay differs";
+  EXPECT_TRUE(run.counters_are_zero());
 }
 
 // The same batch twice: alone, and while a concurrent kernel holds half of
@@ -701,73 +675,71 @@ TEST(PodGpuTest, PlacementDoesNotChangeTheOutput) {
   std::mt19937_64 rng = fresh_rng("placement");
   const AttentionDims dims{32, 8, 128, DType::f16};
   const HybridBatch batch = make_batch({{500, 400}}, std::vector<int>(64, 1000));
-  for (int v : {1, 2}) {
-    PodRun run(dims, KvLayout::per_layer, batch, options_for(dims, v), rng);
-    const int grid = run.plan().config().grid;
-    cuda::DeviceBuffer trace_a = cuda::DeviceBuffer::allocate(grid * 12).value();
-    cuda::DeviceBuffer trace_b = cuda::DeviceBuffer::allocate(grid * 12).value();
-    const auto alone = run.run_pod({trace_a.as<std::int32_t>(), grid});
+  PodRun run(dims, KvLayout::per_layer, batch, options_for(dims), rng);
+  const int grid = run.plan().config().grid;
+  cuda::DeviceBuffer trace_a = cuda::DeviceBuffer::allocate(grid * 12).value();
+  cuda::DeviceBuffer trace_b = cuda::DeviceBuffer::allocate(grid * 12).value();
+  const auto alone = run.run_pod({trace_a.as<std::int32_t>(), grid});
 
-    const int sms = device_for(dims).num_sms;
-    const int hold = sms / 2;
-    int* started = nullptr;
-    ASSERT_EQ(cudaHostAlloc(&started, sizeof(int), cudaHostAllocMapped), cudaSuccess);
-    *started = 0;
-    int* started_dev = nullptr;
-    ASSERT_EQ(cudaHostGetDevicePointer(&started_dev, started, 0), cudaSuccess);
-    auto side = cuda::Stream::create().value();
-    // Leaves less than one POD CTA's shared memory of the SM's 228 KB (this
-    // 128-dim kernel takes ~65 KB with either prefill tile).
-    const int hold_smem = 200 * 1024;
-    ASSERT_EQ(cudaFuncSetAttribute(occupy_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   hold_smem),
-              cudaSuccess);
-    occupy_sms_kernel<<<hold, 32, hold_smem, side.get()>>>(200ull * 1000 * 1000, started_dev);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (reinterpret_cast<volatile int*>(started)[0] < hold &&
-           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
-      std::this_thread::yield();
-    }
-    const int resident = reinterpret_cast<volatile int*>(started)[0];
-    const auto crowded = run.run_pod({trace_b.as<std::int32_t>(), grid});
-    ASSERT_EQ(cudaStreamSynchronize(side.get()), cudaSuccess);
-    cudaFreeHost(started);
-    EXPECT_EQ(resident, hold) << "the occupying kernel did not become resident";
-
-    std::vector<std::int32_t> ta(3 * grid), tb(3 * grid);
-    trace_a.copy_to_host(ta.data(), ta.size() * 4);
-    trace_b.copy_to_host(tb.data(), tb.size() * 4);
-    // Where each (kind, unit) ran in each launch.
-    std::map<std::pair<int, int>, int> sm_a, sm_b;
-    std::set<int> used_a, used_b;
-    for (int i = 0; i < grid; ++i) {
-      ASSERT_GE(ta[3 * i], 0) << "CTA " << i << " got no unit";
-      ASSERT_GE(tb[3 * i], 0) << "CTA " << i << " got no unit";
-      sm_a[{ta[3 * i], ta[3 * i + 1]}] = ta[3 * i + 2];
-      sm_b[{tb[3 * i], tb[3 * i + 1]}] = tb[3 * i + 2];
-      used_a.insert(ta[3 * i + 2]);
-      used_b.insert(tb[3 * i + 2]);
-    }
-    EXPECT_EQ(static_cast<int>(sm_a.size()), grid) << "a unit ran twice (alone)";
-    EXPECT_EQ(static_cast<int>(sm_b.size()), grid) << "a unit ran twice (crowded)";
-    int moved = 0;
-    for (const auto& [unit, sm] : sm_a) moved += sm_b[unit] != sm;
-    std::printf("[pod] placement v%d: grid %d, SMs used alone %zu, crowded %zu, units moved %d\n",
-                v, grid, used_a.size(), used_b.size(), moved);
-    EXPECT_GT(moved, grid / 4) << "the concurrent kernel did not change the placement";
-    EXPECT_LT(used_b.size(), used_a.size());
-    EXPECT_TRUE(alone == crowded) << "POD output depends on SM placement (v" << v << ")";
-    EXPECT_TRUE(run.counters_are_zero());
-
-    // The other ratio policy schedules the kinds differently; same result
-    // (with the same splits: the planner's choice may depend on the policy).
-    PodOptions even = options_for(dims, v, PodRatio::even);
-    even.prefill_splits = run.plan().config().prefill_splits;
-    even.decode_splits = run.plan().config().decode_splits;
-    run.replan(even);
-    EXPECT_TRUE(run.run_pod() == alone) << "POD output depends on the ratio policy (v" << v << ")";
+  const int sms = device_for(dims).num_sms;
+  const int hold = sms / 2;
+  int* started = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&started, sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  *started = 0;
+  int* started_dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&started_dev, started, 0), cudaSuccess);
+  auto side = cuda::Stream::create().value();
+  // Leaves less than one POD CTA's shared memory of the SM's 228 KB (this
+  // 128-dim kernel takes ~65 KB with either prefill tile).
+  const int hold_smem = 200 * 1024;
+  ASSERT_EQ(cudaFuncSetAttribute(occupy_sms_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 hold_smem),
+            cudaSuccess);
+  occupy_sms_kernel<<<hold, 32, hold_smem, side.get()>>>(200ull * 1000 * 1000, started_dev);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (reinterpret_cast<volatile int*>(started)[0] < hold &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::yield();
   }
+  const int resident = reinterpret_cast<volatile int*>(started)[0];
+  const auto crowded = run.run_pod({trace_b.as<std::int32_t>(), grid});
+  ASSERT_EQ(cudaStreamSynchronize(side.get()), cudaSuccess);
+  cudaFreeHost(started);
+  EXPECT_EQ(resident, hold) << "the occupying kernel did not become resident";
+
+  std::vector<std::int32_t> ta(3 * grid), tb(3 * grid);
+  trace_a.copy_to_host(ta.data(), ta.size() * 4);
+  trace_b.copy_to_host(tb.data(), tb.size() * 4);
+  // Where each (kind, unit) ran in each launch.
+  std::map<std::pair<int, int>, int> sm_a, sm_b;
+  std::set<int> used_a, used_b;
+  for (int i = 0; i < grid; ++i) {
+    ASSERT_GE(ta[3 * i], 0) << "CTA " << i << " got no unit";
+    ASSERT_GE(tb[3 * i], 0) << "CTA " << i << " got no unit";
+    sm_a[{ta[3 * i], ta[3 * i + 1]}] = ta[3 * i + 2];
+    sm_b[{tb[3 * i], tb[3 * i + 1]}] = tb[3 * i + 2];
+    used_a.insert(ta[3 * i + 2]);
+    used_b.insert(tb[3 * i + 2]);
+  }
+  EXPECT_EQ(static_cast<int>(sm_a.size()), grid) << "a unit ran twice (alone)";
+  EXPECT_EQ(static_cast<int>(sm_b.size()), grid) << "a unit ran twice (crowded)";
+  int moved = 0;
+  for (const auto& [unit, sm] : sm_a) moved += sm_b[unit] != sm;
+  std::printf("[pod] placement: grid %d, SMs used alone %zu, crowded %zu, units moved %d\n", grid,
+              used_a.size(), used_b.size(), moved);
+  EXPECT_GT(moved, grid / 4) << "the concurrent kernel did not change the placement";
+  EXPECT_LT(used_b.size(), used_a.size());
+  EXPECT_TRUE(alone == crowded) << "POD output depends on SM placement";
+  EXPECT_TRUE(run.counters_are_zero());
+
+  // The other ratio policy schedules the kinds differently; same result
+  // (with the same splits: the planner's choice may depend on the policy).
+  PodOptions even = options_for(dims, PodRatio::even);
+  even.prefill_splits = run.plan().config().prefill_splits;
+  even.decode_splits = run.plan().config().decode_splits;
+  run.replan(even);
+  EXPECT_TRUE(run.run_pod() == alone) << "POD output depends on the ratio policy";
 }
 
 }  // namespace

@@ -49,8 +49,7 @@ using testing::SeqSpec;
 PodDevice h200() {
   PodDevice d;
   d.num_sms = 132;
-  d.ctas_per_sm[1] = 2;
-  d.ctas_per_sm[2] = 2;
+  d.ctas_per_sm = 2;
   d.wgmma_prefill = true;
   return d;
 }
@@ -134,7 +133,7 @@ void expect_covers(const HybridBatch& batch, const AttentionDims& dims, const Po
   EXPECT_EQ(cfg.prefill_ctas, static_cast<int>(ap.prefill_items().size()) * dims.num_q_heads);
   EXPECT_EQ(cfg.decode_tiles,
             static_cast<int>(ap.decode_items().size()) * dims.num_kv_heads * head_chunks);
-  EXPECT_EQ(cfg.decode_ctas, ceil_div(cfg.decode_tiles, cfg.virtual_decode));
+  EXPECT_EQ(cfg.decode_ctas, cfg.decode_tiles);
   EXPECT_EQ(cfg.grid, cfg.prefill_ctas + cfg.decode_ctas);
 }
 
@@ -502,7 +501,6 @@ TEST(PodPlanTest, DefaultPlansArePinned) {
     EXPECT_EQ(cfg.mode, AttentionMode::pod) << c.name;
     EXPECT_EQ(cfg.fused, c.fused) << c.name;
     EXPECT_EQ(cfg.ratio, c.ratio) << c.name;
-    EXPECT_EQ(cfg.virtual_decode, 1) << c.name;
     EXPECT_EQ(cfg.prefill_splits, c.prefill_splits) << c.name;
     EXPECT_EQ(cfg.decode_splits, c.decode_splits) << c.name;
     EXPECT_EQ(cfg.prefill_ctas, c.prefill_ctas) << c.name;
@@ -683,7 +681,6 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     const HybridBatch batch = make_batch(prefills, decodes);
     PodOptions o = pod_options();
     if (pick(3) == 0) o.device.num_sms = 1 + pick(64);
-    o.virtual_decode = pick(3);
     o.explain = pick(4) == 0;
     o.serial_fallback = pick(4) != 0;
     // This thread's CPU time: what a step pays, whatever else loads the
@@ -707,9 +704,6 @@ TEST(PodPlanTest, RandomBatchesAreCoveredAndPlannedQuickly) {
     }
     if (batch.decodes.empty()) {
       EXPECT_EQ(cfg.decode_ctas, 0);
-    }
-    if (o.virtual_decode > 0 && cfg.fused) {
-      EXPECT_EQ(cfg.virtual_decode, o.virtual_decode);
     }
     EXPECT_LE(cfg.prefill_splits, 8);
     if (o.device.num_sms == 132) {
@@ -876,14 +870,12 @@ TEST(PodPlanTest, ForcedOptionsAreHonoured) {
   PodOptions o = pod_options();
   o.prefill_splits = 3;
   o.decode_splits = 5;
-  o.virtual_decode = 1;
   o.ratio = PodRatio::even;
   o.choose_ratio = false;
   o.serial_fallback = false;
   auto plan = PodPlan::create(batch, dims, o).value();
   EXPECT_EQ(plan.config().prefill_splits, 3);
   EXPECT_EQ(plan.config().decode_splits, 5);
-  EXPECT_EQ(plan.config().virtual_decode, 1);
   EXPECT_EQ(plan.config().ratio, PodRatio::even);
   EXPECT_EQ(plan.config().prefill_ctas, 2 * 3 * 32);
   EXPECT_EQ(plan.config().decode_tiles, 3 * 5 * 8);
@@ -909,14 +901,10 @@ TEST(PodPlanTest, RejectsBadOptions) {
   o.device.num_sms = 0;
   EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
   o = pod_options();
-  o.virtual_decode = 3;
-  EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
-  o = pod_options();
   o.decode_splits = -1;
   EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
   o = pod_options();
-  o.device.ctas_per_sm[2] = 0;
-  o.virtual_decode = 2;
+  o.device.ctas_per_sm = 0;
   EXPECT_EQ(PodPlan::create(batch, dims, o).status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(PodPlan::create(batch, {32, 8, 96, DType::f16}, pod_options()).status().code(),
             StatusCode::unimplemented);

@@ -1,21 +1,16 @@
 // The decode tile: flash-decoding for one sequence's single query, all (up to
 // 16) query heads of one KV head packed into the 16 rows of an mma tile, so
-// each K/V byte is read once per group. A device function for 32 * kTileWarps
-// threads and DecodeTile::kSmemBytes of shared memory: the decode kernels run
-// 4-warp tiles (a whole CTA); POD runs them too, or two 2-warp tiles side by
-// side in one CTA ("virtual decode CTAs", pod_kernel.cuh).
+// each K/V byte is read once per group. A device function for a whole CTA of
+// 4 warps and DecodeTile::kSmemBytes of shared memory: the decode kernels run
+// it, and so do POD's decode CTAs (pod_kernel.cuh).
 //
 // Keys stream through a kStages-deep cp.async pipeline (3 stages, two CTAs per
 // SM; the deep decode kernel, decode_deep.cu, instantiates more stages for one
 // CTA per SM) in blocks of 16 keys per warp (64 for 4 warps); warp w takes
 // keys [16w, 16w+16) of each block and keeps its own online softmax (S = Q K^T
 // and O += P V on mma.sync, Q held in registers). At the end the warps'
-// partial results are merged through shared memory.
-//
-// Synchronization: a tile that is the whole CTA meets at __syncthreads
-// (barrier id 0); a tile sharing its CTA meets only at its own named barrier
-// (`bar.sync id, 32 * kTileWarps`, id 1..15), so the CTA's other tiles run
-// independently (any number of key blocks).
+// partial results are merged through shared memory (the tile meets at
+// __syncthreads).
 //
 // Output: normalized rows to `out`, or for one KV split, fp32 normalized rows
 // plus their log2-sum-exp to the partials.
@@ -25,21 +20,10 @@
 
 namespace vpod::attention::device {
 
-// Synchronizes the kThreads threads of one tile: a named barrier (ids 1..15;
-// 0 is __syncthreads), or __syncwarp for a one-warp tile.
-template <int kThreads>
-__device__ __forceinline__ void tile_barrier(int barrier_id) {
-  if constexpr (kThreads == 32) {
-    __syncwarp();
-  } else {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(barrier_id), "n"(kThreads) : "memory");
-  }
-}
-
-template <typename T, int kHeadDim, int kPipelineStages = 3, int kTileWarps = 4>
+template <typename T, int kHeadDim, int kPipelineStages = 3>
 struct DecodeTile {
   static constexpr int kRows = kDecodeRows;  // 16 query heads
-  static constexpr int kWarps = kTileWarps;
+  static constexpr int kWarps = kAttentionThreads / 32;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpKeys = 16;
   static constexpr int kBlockN = kWarpKeys * kWarps;  // kDecodeBlockN for 4 warps
@@ -59,17 +43,6 @@ struct DecodeTile {
   static constexpr int kSmemBytes = kSmemQ + kSmemPipeline;
   using Tile = SwizzledTile<kHeadDim>;
   using E = ElementTraits<T>;
-  static_assert(kSmemBytes % 128 == 0, "POD places tiles back to back");
-
-  // Meets the tile's threads: __syncthreads when the tile is the CTA
-  // (barrier_id 0), else its named barrier.
-  static __device__ __forceinline__ void sync(int barrier_id) {
-    if (barrier_id == 0) {
-      __syncthreads();
-    } else {
-      tile_barrier<kThreads>(barrier_id);
-    }
-  }
 
   // Loads key block [key0, key0 + kBlockN) of K and V into a pipeline stage.
   static __device__ __forceinline__ void load_stage(std::uint32_t s_stage, const KvAddressing& kv,
@@ -115,13 +88,13 @@ struct DecodeTile {
   }
 
   // Runs one tile: the query heads [kv_head * group + 16 * head_chunk, +16) of
-  // decode item `item`, on threads tid in [0, kThreads) meeting at
-  // `barrier_id` (sync). The caller owns `smem` (kSmemBytes, 128-byte
-  // aligned) and must synchronize the tile before reusing it.
+  // decode item `item`, on the CTA's threads tid in [0, kThreads). The caller
+  // owns `smem` (kSmemBytes, 128-byte aligned) and must synchronize the CTA
+  // before reusing it.
   static __device__ void run(const AttentionParams& p, const DecodeWorkItem& item, int kv_head,
-                             int head_chunk, char* smem, int tid, int barrier_id = 0) {
-    accumulate(p, item, kv_head, head_chunk, smem, tid, barrier_id);
-    sync(barrier_id);
+                             int head_chunk, char* smem, int tid) {
+    accumulate(p, item, kv_head, head_chunk, smem, tid);
+    __syncthreads();
     merge_and_write(p, item, kv_head, head_chunk, smem, tid);
   }
 
@@ -155,8 +128,7 @@ struct DecodeTile {
   // or the cluster for decode_cluster_kernel) before anyone reads them.
   static __device__ __forceinline__ void accumulate(const AttentionParams& p,
                                                     const DecodeWorkItem& item, int kv_head,
-                                                    int head_chunk, char* smem, int tid,
-                                                    int barrier_id = 0) {
+                                                    int head_chunk, char* smem, int tid) {
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int head0 = kv_head * p.group_size + head_chunk * kRows;
@@ -181,7 +153,7 @@ struct DecodeTile {
       cp_async_commit();  // the Q tile rides in the first group
     }
     cp_async_wait<kStages - 2>();
-    sync(barrier_id);
+    __syncthreads();
     std::uint32_t q_frag[kKSteps][4];
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -202,7 +174,7 @@ struct DecodeTile {
 
     for (int block = 0; block < num_blocks; ++block) {
       cp_async_wait<kStages - 2>();
-      sync(barrier_id);  // block landed; every warp is done with block - 1's stage
+      __syncthreads();  // block landed; every warp is done with block - 1's stage
       {
         const int next = block + kStages - 1;
         if (next < num_blocks) {
@@ -280,7 +252,7 @@ struct DecodeTile {
       }
     }
     cp_async_wait<0>();
-    sync(barrier_id);  // the pipeline's shared memory becomes the merge buffer
+    __syncthreads();  // the pipeline's shared memory becomes the merge buffer
 
     // Each warp's rows to the merge buffers (see merge_and_write).
 #pragma unroll

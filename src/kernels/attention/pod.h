@@ -41,18 +41,12 @@ enum class PodRatio { proportional, even };
 Result<PodRatio> parse_pod_ratio(std::string_view name);  // "proportional" | "even"
 const char* pod_ratio_name(PodRatio ratio);
 
-// Decode tiles per decode CTA ("virtual decode CTAs"): 1 runs the 4-warp decode
-// tile of attention.h; 2 runs two independent 2-warp decode tiles side by side,
-// each synchronized by its own named barrier.
-inline constexpr int kPodMaxVirtualDecode = 2;
-
 // What the GPU offers the fused kernel, from occupancy queries on the current
 // device (query_pod_device) or filled by hand (tests).
 struct PodDevice {
   int num_sms = 0;
-  // Co-resident CTAs per SM of the fused kernel, by decode tiles per CTA
-  // (index 1 and 2; index 0 unused), for the prefill tile below.
-  int ctas_per_sm[kPodMaxVirtualDecode + 1] = {0, 0, 0};
+  // Co-resident CTAs per SM of the fused kernel with the prefill tile below.
+  int ctas_per_sm = 0;
   // The prefill tile inside the fused kernel: the sm_90a wgmma tile or the
   // mma.sync tile.
   bool wgmma_prefill = false;
@@ -74,7 +68,6 @@ struct PodOptions {
   PodDevice device;  // required: num_sms and ctas_per_sm
   PodRatio ratio = PodRatio::proportional;
   // 0: the planner decides (see PodConfig::reason). n > 0 forces a value.
-  int virtual_decode = 0;  // 1 or 2
   int prefill_splits = 0;  // KV splits per prefill tile
   int decode_splits = 0;   // KV splits of the longest decode
   // Prefill CTAs the planner splits up to (0: 2 x num_sms); it goes beyond
@@ -103,14 +96,13 @@ struct PodConfig {
   // plan is attention.h's own; pod() runs prefill() then decode()).
   bool fused = true;
   PodRatio ratio = PodRatio::proportional;
-  int virtual_decode = 1;
   bool wgmma_prefill = false;  // the device's prefill tile (PodDevice::wgmma_prefill)
   int ctas_per_sm = 0;         // fused kernel occupancy for that choice
   int prefill_splits = 1;      // passed to AttentionPlan (forced)
   int decode_splits = 1;
   int prefill_ctas = 0;    // prefill tiles x query heads (after splits)
   int decode_tiles = 0;    // decode items x KV heads x head chunks (after splits)
-  int decode_ctas = 0;     // ceil(decode_tiles / virtual_decode)
+  int decode_ctas = 0;     // one per decode tile
   int grid = 0;            // prefill_ctas + decode_ctas: CTAs of the one launch
   double estimate_us = 0;  // the planner's makespan estimate (H200 calibration)
   // Prefill split beyond max_prefill_ctas because the estimate gained >= 5%
@@ -155,7 +147,7 @@ class PodPlan {
     std::vector<int> decode_candidates;                      // decode split counts to try
     std::vector<std::pair<double, int>> prefill_pieces;      // (cost, CTA groups)
     std::vector<double> prefill_costs, decode_work;
-    std::vector<int> decode_pieces, decode_tile_blocks;
+    std::vector<int> decode_pieces;
     std::vector<unsigned> tickets;                                  // per SM
     std::vector<std::pair<double, int>> prefill_heap, decode_heap;  // simulation events
   };

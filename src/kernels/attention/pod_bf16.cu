@@ -9,8 +9,8 @@ Status launch_pod_bf16(const PodParams& params, const KernelOptions& options, in
   return device::launch_pod_typed<__nv_bfloat16>(params, options, head_dim, stream);
 }
 
-Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma) {
-  return device::pod_ctas_per_sm_typed<__nv_bfloat16>(head_dim, virtual_decode, wgmma);
+Result<int> pod_ctas_per_sm_bf16(int head_dim, bool wgmma) {
+  return device::pod_ctas_per_sm_typed<__nv_bfloat16>(head_dim, wgmma);
 }
 
 Result<bool> pod_wgmma_runs_here_bf16(int head_dim) {

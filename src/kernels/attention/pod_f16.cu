@@ -9,8 +9,8 @@ Status launch_pod_f16(const PodParams& params, const KernelOptions& options, int
   return device::launch_pod_typed<half>(params, options, head_dim, stream);
 }
 
-Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode, bool wgmma) {
-  return device::pod_ctas_per_sm_typed<half>(head_dim, virtual_decode, wgmma);
+Result<int> pod_ctas_per_sm_f16(int head_dim, bool wgmma) {
+  return device::pod_ctas_per_sm_typed<half>(head_dim, wgmma);
 }
 
 Result<bool> pod_wgmma_runs_here_f16(int head_dim) {

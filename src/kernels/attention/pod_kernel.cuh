@@ -1,13 +1,11 @@
 // The fused POD kernel: one launch whose 128-thread CTAs run either a prefill
-// tile or a decode CTA (one 4-warp DecodeTile, or two 2-warp DecodeTiles side
-// by side, "virtual decode CTAs"), chosen at run time by SM-aware
-// scheduling. The prefill tile is the standalone prefill kernel's own device
+// tile or a decode tile (the decode kernel's 4-warp DecodeTile), chosen at run
+// time by SM-aware scheduling. The prefill tile is the standalone prefill kernel's own device
 // function: on sm_90a the wgmma tile (run_prefill_wgmma_tile, one warpgroup),
 // elsewhere (or forced) the mma.sync PrefillTile; kWgmma picks the variant.
 // The decode tiles are the decode kernel's own (decode_tile.cuh). A CTA runs
 // exactly one tile, so a tile's __syncthreads is never shared with another
-// tile; the virtual decode tiles meet at their own named barriers only. With one
-// decode tile per CTA, the last split of a split decode merges the group
+// tile, and the last split of a split decode merges the group
 // (merge_decode_splits, the decode kernel's self-resetting arrival counters),
 // so no combine launch follows for the decodes. Scheduling:
 //   1. thread 0 reads %smid and draws a ticket from that SM's counter (an SM
@@ -37,21 +35,11 @@ namespace vpod::attention::device {
 
 constexpr int pod_max(int a, int b) { return a > b ? a : b; }
 
-// A virtual decode CTA: the decode tile on 2 warps (32-key blocks).
-template <typename T, int kHeadDim>
-using VirtualDecodeTile = DecodeTile<T, kHeadDim, /*kPipelineStages=*/3, /*kTileWarps=*/2>;
-
-// Shared memory of the fused kernel for 1 or 2 decode tiles per CTA.
+// Shared memory of the fused kernel: the larger of its two tiles.
 template <typename T, int kHeadDim, bool kWgmma>
-constexpr int pod_smem_bytes(int virtual_decode) {
-  return pod_max(
-      kWgmma ? PrefillWgmmaTile<T, kHeadDim>::kSmemBytes : PrefillTile<T, kHeadDim>::kSmemBytes,
-      virtual_decode == 2 ? 2 * VirtualDecodeTile<T, kHeadDim>::kSmemBytes
-                          : DecodeTile<T, kHeadDim>::kSmemBytes);
-}
-template <typename T, int kHeadDim, bool kWgmma>
-inline constexpr int kPodMaxSmemBytes = pod_max(pod_smem_bytes<T, kHeadDim, kWgmma>(1),
-                                                pod_smem_bytes<T, kHeadDim, kWgmma>(2));
+inline constexpr int kPodSmemBytes = pod_max(kWgmma ? PrefillWgmmaTile<T, kHeadDim>::kSmemBytes
+                                                    : PrefillTile<T, kHeadDim>::kSmemBytes,
+                                             DecodeTile<T, kHeadDim>::kSmemBytes);
 
 __device__ __forceinline__ unsigned read_smid() {
   unsigned id;
@@ -122,30 +110,15 @@ __device__ __forceinline__ void pod_cta(const PodParams& params, const WgmmaKnob
     }
   } else if (kind == 1) {
     const int per_item = p.num_kv_heads * p.decode_head_chunks;
-    if (params.virtual_decode == 1) {
-      const int tile = unit;
-      const int in_item = tile % per_item;
-      const DecodeWorkItem item = p.plan.decode_items[tile / per_item];
-      const int kv_head = in_item / p.decode_head_chunks;
-      const int chunk = in_item % p.decode_head_chunks;
-      DecodeTile<T, kHeadDim>::run(p, item, kv_head, chunk, smem, tid);
-      // A split decode: the group's last split merges it (the whole CTA is
-      // this one tile, so the merge's __syncthreads are its own).
-      if (p.plan.decode_counters != nullptr && item.combine >= 0) {
-        merge_decode_splits<T, kHeadDim>(p, item.combine, kv_head, chunk, tid);
-      }
-    } else {
-      // Two virtual decode CTAs: warps 0-1 and warps 2-3, each with its own
-      // shared memory and named barrier (1 and 2).
-      using Virtual = VirtualDecodeTile<T, kHeadDim>;
-      const int half = tid / Virtual::kThreads;
-      const int tile = 2 * unit + half;
-      if (tile < params.decode_tiles) {
-        const int in_item = tile % per_item;
-        Virtual::run(p, p.plan.decode_items[tile / per_item], in_item / p.decode_head_chunks,
-                     in_item % p.decode_head_chunks, smem + half * Virtual::kSmemBytes,
-                     tid % Virtual::kThreads, 1 + half);
-      }
+    const int in_item = unit % per_item;
+    const DecodeWorkItem item = p.plan.decode_items[unit / per_item];
+    const int kv_head = in_item / p.decode_head_chunks;
+    const int chunk = in_item % p.decode_head_chunks;
+    DecodeTile<T, kHeadDim>::run(p, item, kv_head, chunk, smem, tid);
+    // A split decode: the group's last split merges it (the whole CTA is
+    // this one tile, so the merge's __syncthreads are its own).
+    if (p.plan.decode_counters != nullptr && item.combine >= 0) {
+      merge_decode_splits<T, kHeadDim>(p, item.combine, kv_head, chunk, tid);
     }
   }
 }
@@ -184,11 +157,10 @@ bool pod_wgmma_runs_here() {
 template <typename T, int kHeadDim, bool kWgmma>
 Status launch_pod_variant(const PodParams& params, const KernelOptions& options,
                           cudaStream_t stream) {
-  const int smem = pod_smem_bytes<T, kHeadDim, kWgmma>(params.virtual_decode);
+  constexpr int smem = kPodSmemBytes<T, kHeadDim, kWgmma>;
   auto* kernel = pod_kernel<T, kHeadDim, kWgmma>;
   VPOD_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kPodMaxSmemBytes<T, kHeadDim, kWgmma>),
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
       StatusCode::internal);
   const unsigned grid = static_cast<unsigned>(params.prefill_ctas + params.decode_ctas);
   kernel<<<grid, kAttentionThreads, smem, stream>>>(params, wgmma_knobs(options));
@@ -197,13 +169,12 @@ Status launch_pod_variant(const PodParams& params, const KernelOptions& options,
 }
 
 template <typename T, int kHeadDim, bool kWgmma>
-Result<int> pod_variant_ctas_per_sm(int virtual_decode) {
+Result<int> pod_variant_ctas_per_sm() {
   int ctas = 0;
-  const int smem = pod_smem_bytes<T, kHeadDim, kWgmma>(virtual_decode);
+  constexpr int smem = kPodSmemBytes<T, kHeadDim, kWgmma>;
   auto* kernel = pod_kernel<T, kHeadDim, kWgmma>;
   VPOD_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kPodMaxSmemBytes<T, kHeadDim, kWgmma>),
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
       StatusCode::internal);
   VPOD_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kAttentionThreads, smem),
@@ -228,10 +199,10 @@ Status launch_pod_typed(const PodParams& params, const KernelOptions& options, i
 }
 
 template <typename T>
-Result<int> pod_ctas_per_sm_typed(int head_dim, int virtual_decode, bool wgmma) {
+Result<int> pod_ctas_per_sm_typed(int head_dim, bool wgmma) {
   VPOD_ATTENTION_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
-    if (wgmma) return pod_variant_ctas_per_sm<T, kHeadDim, true>(virtual_decode);
-    return pod_variant_ctas_per_sm<T, kHeadDim, false>(virtual_decode);
+    if (wgmma) return pod_variant_ctas_per_sm<T, kHeadDim, true>();
+    return pod_variant_ctas_per_sm<T, kHeadDim, false>();
   });
   return 0;
 }

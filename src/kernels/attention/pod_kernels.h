@@ -20,8 +20,8 @@ Status launch_pod_bf16(const PodParams& params, const KernelOptions& options, in
                        cudaStream_t stream);
 // Co-resident CTAs per SM of the fused kernel with the wgmma or the mma.sync
 // prefill tile (occupancy query, current device).
-Result<int> pod_ctas_per_sm_f16(int head_dim, int virtual_decode, bool wgmma);
-Result<int> pod_ctas_per_sm_bf16(int head_dim, int virtual_decode, bool wgmma);
+Result<int> pod_ctas_per_sm_f16(int head_dim, bool wgmma);
+Result<int> pod_ctas_per_sm_bf16(int head_dim, bool wgmma);
 // Whether the current device runs the wgmma variant's sm_90a code.
 Result<bool> pod_wgmma_runs_here_f16(int head_dim);
 Result<bool> pod_wgmma_runs_here_bf16(int head_dim);

@@ -33,11 +33,6 @@ Status check_counters(const PodPlan& plan, const PodCounters& counters, const Po
     if (counters.data() == nullptr || counters.num_sm_counters() < 1) {
       return invalid_argument("POD counters are not created (PodCounters::create)");
     }
-    const int virtual_decode = plan.config().virtual_decode;
-    if (virtual_decode < 1 || virtual_decode > kPodMaxVirtualDecode) {
-      return invalid_argument(
-          fmt::format("POD plan has {} decode tiles per CTA (1 or 2)", virtual_decode));
-    }
   }
   if (trace.data != nullptr && trace.capacity_ctas < plan.config().grid) {
     return invalid_argument(fmt::format("POD trace holds {} CTAs; the launch has {}",
@@ -76,14 +71,11 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   p.prefill_ctas = config.prefill_ctas;
   p.decode_tiles = config.decode_tiles;
   p.decode_ctas = config.decode_ctas;
-  p.virtual_decode = config.virtual_decode;
   p.ratio_even = config.ratio == PodRatio::even ? 1 : 0;
   p.wgmma_prefill = config.wgmma_prefill ? 1 : 0;
   p.trace = trace.data;
-  // One decode tile per CTA: split decodes merge in the kernel (the plan's
-  // self-resetting arrival counters, as in the decode kernel). Two virtual
-  // tiles share a CTA, so they leave the merge to the combine launch.
-  if (config.virtual_decode != 1) a.plan.decode_counters = nullptr;
+  // Split decodes merge in the kernel where the plan has the decode kernel's
+  // self-resetting arrival counters; else the combine launch below.
   const bool decode_merged = a.plan.decode_counters != nullptr;
   const KernelOptions& options = ap.kernel_options();
   // The prefill side's lazy running max, as in the serial prefill kernels
@@ -131,15 +123,12 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) 
     info.ws_prefill = ws_ctas > 0;
   }
   VPOD_ASSIGN_OR_RETURN(info.decode_cluster_slots, query_decode_cluster_slots(dims));
-  for (int v = 1; v <= kPodMaxVirtualDecode; ++v) {
-    VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm[v],
-                          dims.dtype == DType::f16
-                              ? detail::pod_ctas_per_sm_f16(dims.head_dim, v, info.wgmma_prefill)
-                              : detail::pod_ctas_per_sm_bf16(dims.head_dim, v, info.wgmma_prefill));
-    if (info.ctas_per_sm[v] < 1) {
-      return internal_error(fmt::format(
-          "the POD kernel ({} decode tiles per CTA) does not fit on an SM of this GPU", v));
-    }
+  VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm,
+                        dims.dtype == DType::f16
+                            ? detail::pod_ctas_per_sm_f16(dims.head_dim, info.wgmma_prefill)
+                            : detail::pod_ctas_per_sm_bf16(dims.head_dim, info.wgmma_prefill));
+  if (info.ctas_per_sm < 1) {
+    return internal_error("the POD kernel does not fit on an SM of this GPU");
   }
   return info;
 }

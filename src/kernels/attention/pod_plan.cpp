@@ -26,12 +26,6 @@ constexpr double kBeyondLimitGain = 0.05;
 // Decode: at most this many KV splits, each of >= 4 key blocks (256 keys).
 constexpr int kMaxPodDecodeSplits = 16;
 constexpr int kMinDecodeBlocksPerSplit = 4;
-// Decode tiles per CTA when the caller leaves the choice to the planner.
-// With equal occupancy the makespan model cannot tell 1 from 2 (the same
-// bytes stream through the same number of CTA slots), so this is measured:
-// one 4-warp DecodeTile per CTA ran the fused kernel faster than two 2-warp
-// virtual tiles across the sweep (docs/pod.md); 2 stays available and tested.
-constexpr int kDefaultVirtualDecode = 1;
 // Cost model, in microseconds of one CTA slot, calibrated on the H200
 // (docs/pod.md, *The model*): the time of a 128x64 prefill block of a 128-dim
 // tile with two CTAs per SM, on the mma.sync tile and on the wgmma tile; it
@@ -215,7 +209,7 @@ enum class Kinds { both, prefill_only, decode_only };
 // The makespan of the fused kernel (or of one kind's grid alone) with the
 // given splits.
 Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& model,
-                  int prefill_splits, int decode_splits, int virtual_decode, Scratch& scratch,
+                  int prefill_splits, int decode_splits, Scratch& scratch,
                   Kinds kinds = Kinds::both) {
   const double scale = dims.head_dim / 128.0;
   const double prefill_block =
@@ -246,7 +240,7 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
                            },
                            dims.num_q_heads, dims.num_kv_heads);
   double partial_bytes = 0;
-  bool combine_launch = false;  // prefill splits, or decode splits on virtual tiles
+  bool combine_launch = false;  // prefill splits (decode splits merge in the kernel)
   const double row_bytes = dims.num_q_heads * (dims.head_dim + 1) * 4.0;
   const std::size_t num_tiles = with_prefill ? scratch.tile_blocks.size() : 0;
   for (std::size_t t = 0; t < num_tiles; ++t) {
@@ -271,41 +265,25 @@ Estimate estimate(const Shape& shape, const AttentionDims& dims, const Model& mo
   const int max_decode_blocks = with_decode ? shape.max_decode_blocks : 0;
   const int chunk = std::max(1, ceil_div(max_decode_blocks, std::max(decode_splits, 1)));
   // Decode tiles in plan order (longest piece first, the heads of a piece
-  // adjacent); a CTA takes virtual_decode consecutive tiles.
+  // adjacent), one per CTA.
   std::vector<int>& decode_pieces = scratch.decode_pieces;
   decode_pieces.clear();
   if (with_decode) {
     for (int blocks : scratch.decode_blocks) {
       const int count = for_each_piece(blocks, ceil_div(blocks, chunk),
                                        [&](int b) { decode_pieces.push_back(b); });
-      if (count > 1) {
-        // With one decode tile per CTA the last split merges in the kernel.
-        partial_bytes += 2.0 * count * row_bytes;
-        combine_launch = combine_launch || virtual_decode != 1;
-      }
+      // The last split merges in the kernel: no combine launch.
+      if (count > 1) partial_bytes += 2.0 * count * row_bytes;
     }
   }
   std::sort(decode_pieces.begin(), decode_pieces.end(), std::greater<int>());
   e.decode_tiles = static_cast<int>(decode_pieces.size()) * tiles_per_piece;
-  e.decode_ctas = ceil_div(e.decode_tiles, virtual_decode);
+  e.decode_ctas = e.decode_tiles;
   // Decode CTAs as work in blocks; one group of `group` CTAs per entry.
   std::vector<double>& decode_work = scratch.decode_work;
   decode_work.clear();
-  if (virtual_decode == 1) {
-    const int copies = tiles_per_piece / group;
-    for (int b : decode_pieces) decode_work.insert(decode_work.end(), copies, b + 1.0);
-  } else {
-    std::vector<int>& tile_blocks = scratch.decode_tile_blocks;
-    tile_blocks.clear();
-    for (int b : decode_pieces) tile_blocks.insert(tile_blocks.end(), tiles_per_piece, b);
-    for (std::size_t i = 0; i < tile_blocks.size(); i += virtual_decode) {
-      double blocks = 1;
-      for (std::size_t j = i; j < std::min(tile_blocks.size(), i + virtual_decode); ++j) {
-        blocks += tile_blocks[j];
-      }
-      decode_work.push_back(blocks);
-    }
-  }
+  const int copies = tiles_per_piece / group;
+  for (int b : decode_pieces) decode_work.insert(decode_work.end(), copies, b + 1.0);
   const double rate_scale = 128.0 / dims.head_dim;  // blocks are head_dim / 128 the bytes
   const double span =
       simulate_fluid(prefill_costs, decode_work, model.num_sms / group, model.ctas_per_sm,
@@ -367,10 +345,6 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   VPOD_RETURN_IF_ERROR(validate_dims(dims));
   const PodDevice& dev = options.device;
   if (dev.num_sms < 1) return invalid_argument("PodOptions::device.num_sms must be >= 1");
-  if (options.virtual_decode < 0 || options.virtual_decode > kPodMaxVirtualDecode) {
-    return invalid_argument(fmt::format("PodOptions::virtual_decode must be 0, 1 or 2 (got {})",
-                                        options.virtual_decode));
-  }
   if (options.prefill_splits < 0 || options.decode_splits < 0 || options.max_prefill_ctas < 0) {
     return invalid_argument("PodOptions split counts and max_prefill_ctas must be >= 0");
   }
@@ -390,13 +364,10 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
     return Status();
   }
 
-  const int virtual_decode =
-      options.virtual_decode > 0 ? options.virtual_decode : kDefaultVirtualDecode;
-  const int ctas_per_sm = dev.ctas_per_sm[virtual_decode];
+  const int ctas_per_sm = dev.ctas_per_sm;
   if (ctas_per_sm < 1) {
     return invalid_argument(
-        fmt::format("PodOptions::device.ctas_per_sm[{}] must be >= 1 (query_pod_device fills it)",
-                    virtual_decode));
+        "PodOptions::device.ctas_per_sm must be >= 1 (query_pod_device fills it)");
   }
   Scratch& scratch = scratch_;
   const int slots = dev.num_sms * ctas_per_sm;
@@ -438,14 +409,13 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
       const int chunk = std::max(1, ceil_div(shape.max_decode_blocks, n));
       long long tiles = 0;
       for (int b : decode_blocks) tiles += ceil_div(b, chunk);
-      tiles *= tiles_per_decode;
-      const long long ctas = (tiles + virtual_decode - 1) / virtual_decode;
+      tiles *= tiles_per_decode;  // one CTA each
       if (n > 1) {
         if (chunk < kMinDecodeBlocksPerSplit) break;
         if (chunk != last_chunk) decode_candidates.push_back(n);
       }
       last_chunk = chunk;
-      if (ctas >= decode_stop_ctas) break;  // enough decode CTAs: no further split
+      if (tiles >= decode_stop_ctas) break;  // enough decode CTAs: no further split
     }
   }
   // The smallest estimate within the prefill limit, and beyond it (taken for
@@ -475,15 +445,14 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   model.num_sms = dev.num_sms;
   model.ctas_per_sm = ctas_per_sm;
   for (int g : {8, 4, 2}) {
-    if (virtual_decode == 1 && dev.num_sms % g == 0 && dims.num_q_heads % g == 0 &&
-        tiles_per_decode % g == 0 && (!model.ws_pack || dims.num_kv_heads % g == 0)) {
+    if (dev.num_sms % g == 0 && dims.num_q_heads % g == 0 && tiles_per_decode % g == 0 &&
+        (!model.ws_pack || dims.num_kv_heads % g == 0)) {
       model.group = g;
       break;
     }
   }
   auto estimate_for = [&](int prefill_splits, int decode_splits, Kinds kinds = Kinds::both) {
-    return estimate(shape, dims, model, prefill_splits, decode_splits, virtual_decode, scratch,
-                    kinds);
+    return estimate(shape, dims, model, prefill_splits, decode_splits, scratch, kinds);
   };
   const int last_prefill = model_prefill_splits;
   // Both searches go up in splits and stop after two candidates in a row
@@ -532,7 +501,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
       long long tiles = 0;
       const int chunk = std::max(1, ceil_div(shape.max_decode_blocks, n));
       for (int b : decode_blocks) tiles += ceil_div(b, chunk);
-      if (tiles * tiles_per_decode >= static_cast<long long>(slots) * virtual_decode) break;
+      if (tiles * tiles_per_decode >= static_cast<long long>(slots)) break;
     }
     return n0;
   }();
@@ -624,14 +593,13 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                                     .decode_splits = best_decode,
                                     .decode_kernel = DecodeKernel::tile,
                                     .kernels = options.kernels}));
-  config.virtual_decode = virtual_decode;
   config.wgmma_prefill = dev.wgmma_prefill;
   config.ctas_per_sm = ctas_per_sm;
   config.prefill_splits = best_prefill;
   config.decode_splits = best_decode;
   config.prefill_ctas = static_cast<int>(plan_.prefill_items().size()) * dims.num_q_heads;
   config.decode_tiles = static_cast<int>(plan_.decode_items().size()) * tiles_per_decode;
-  config.decode_ctas = ceil_div(config.decode_tiles, virtual_decode);
+  config.decode_ctas = config.decode_tiles;
   config.grid = config.prefill_ctas + config.decode_ctas;
   if (options.explain) {
     auto out = std::back_inserter(config.reason);
@@ -645,11 +613,11 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
       fmt::format_to(out, "; beyond it: estimate {:.0f} vs {:.0f} us", beyond.e.us, within.e.us);
     }
     fmt::format_to(out,
-                   ") -> {} CTAs; decode {} tiles, splits {} (candidates {}) -> {} CTAs of {}; "
+                   ") -> {} CTAs; decode {} tiles, splits {} (candidates {}) -> {} CTAs; "
                    "ratio {}; estimate {:.0f} us (fluid",
                    config.prefill_ctas, decode_blocks.size() * tiles_per_decode, best_decode,
-                   decode_candidates.size(), config.decode_ctas, virtual_decode,
-                   pod_ratio_name(config.ratio), best.us);
+                   decode_candidates.size(), config.decode_ctas, pod_ratio_name(config.ratio),
+                   best.us);
     if (other_ratio_us > 0) {
       const PodRatio other =
           config.ratio == PodRatio::even ? PodRatio::proportional : PodRatio::even;
