@@ -69,7 +69,6 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   p.counters = counters.data();
   p.num_sm_counters = counters.num_sm_counters();
   p.prefill_ctas = config.prefill_ctas;
-  p.decode_tiles = config.decode_tiles;
   p.decode_ctas = config.decode_ctas;
   p.ratio_even = config.ratio == PodRatio::even ? 1 : 0;
   p.wgmma_prefill = config.wgmma_prefill ? 1 : 0;

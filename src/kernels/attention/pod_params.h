@@ -47,8 +47,7 @@ struct PodParams {
   std::uint32_t* counters = nullptr;  // [kPodCounterHeader + num_sm_counters], zero at launch
   std::int32_t num_sm_counters = 0;
   std::int32_t prefill_ctas = 0;   // prefill work items x query heads
-  std::int32_t decode_tiles = 0;   // decode work items x KV heads x head chunks
-  std::int32_t decode_ctas = 0;    // one per decode tile
+  std::int32_t decode_ctas = 0;    // decode items x KV heads x head chunks (a tile each)
   std::int32_t ratio_even = 0;     // 1: 50:50 tickets; 0: proportional
   std::int32_t wgmma_prefill = 0;  // 1: the sm_90a wgmma prefill tile; 0: mma.sync
   std::int32_t* trace = nullptr;   // optional [3 x grid]: kind, index, smid
