@@ -1,9 +1,12 @@
 // Internal: the host entry points of the attention kernels, one per kernel and
 // element type, implemented in the .cu files of this folder. Only the
-// launchers in attention_launch.cpp call them, after validating every input.
+// launchers (attention_launch.cpp, pod_launch.cpp) call them, after
+// validating every input.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <cstddef>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -51,6 +54,16 @@ Result<int> decode_deep_ctas_per_sm(DType dtype, int head_dim);
 // Merges KV splits: one CTA per combine item.
 Status launch_combine(const CombineParams& params, DType dtype, int head_dim, cudaStream_t stream);
 Status launch_append(const AppendParams& params, cudaStream_t stream);
+
+// The kernels' parameters for one launch of `plan` (the attention and POD
+// launchers): pointers, shapes, the plan's device lists and the options'
+// softmax settings; the caller adds the TMA descriptors and walk fields.
+AttentionParams make_params(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                            const TensorView& q, const TensorView& out, float softmax_scale,
+                            const KvAddressing& kv);
+// A combine launch over `count` of the plan's combine items.
+CombineParams make_combine(const AttentionParams& p, const AttentionPlan& plan,
+                           const CombineItem* items, std::size_t count);
 
 // How the kernels address K/V: a contiguous view's slot strides, or a paged
 // view's blocks through its table (shared by the attention and POD launchers).

@@ -51,41 +51,6 @@ Status check_common_kv(const char* what, DType dtype, Device device, int num_kv_
   return Status();
 }
 
-AttentionParams make_params(const AttentionPlan& plan, const AttentionBuffers& buffers,
-                            const TensorView& q, const TensorView& out, float softmax_scale,
-                            const KvAddressing& kv) {
-  const AttentionDims& dims = plan.dims();
-  AttentionParams p;
-  p.q = q.data();
-  p.q_token_stride = q.stride(0);
-  p.out = out.data();
-  p.out_token_stride = out.stride(0);
-  p.kv = kv;
-  p.num_q_heads = dims.num_q_heads;
-  p.num_kv_heads = dims.num_kv_heads;
-  p.group_size = dims.group_size();
-  p.decode_head_chunks = plan.decode_head_chunks();
-  p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // * log2(e)
-  p.num_prefill_items = static_cast<std::int32_t>(plan.prefill_items().size());
-  p.num_decode_items = static_cast<std::int32_t>(plan.decode_items().size());
-  p.plan = plan.pointers(buffers);
-  return p;
-}
-
-CombineParams make_combine(const AttentionParams& p, const AttentionPlan& plan,
-                           const CombineItem* items, std::size_t count) {
-  CombineParams c;
-  c.items = items;
-  c.num_items = static_cast<std::int32_t>(count);
-  c.partial_o = p.plan.partial_o;
-  c.partial_lse = p.plan.partial_lse;
-  c.out = p.out;
-  c.out_token_stride = p.out_token_stride;
-  c.num_q_heads = p.num_q_heads;
-  c.head_dim = plan.dims().head_dim;
-  return c;
-}
-
 Status check_attention_inputs(const AttentionPlan& plan, const AttentionBuffers& buffers,
                               const TensorView& q, const TensorView& out, float softmax_scale) {
   VPOD_RETURN_IF_ERROR(validate_token_view("q", q, plan, plan.dims().num_q_heads));
@@ -99,7 +64,7 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
                    const TensorView& out, float softmax_scale, const KvAddressing& kv,
                    const KvTensorMaps& maps, cudaStream_t stream) {
   if (plan.prefill_items().empty()) return Status();
-  AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
+  AttentionParams p = detail::make_params(plan, buffers, q, out, softmax_scale, kv);
   p.kv_tma = maps;
   // The warp-specialized kernel also loads Q by TMA (it needs both maps):
   // packed when every item packs, per item when some do (one map for each box).
@@ -126,8 +91,6 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
       });
     }
   }
-  // The running max's slack (docs/attention.md, *The lazy running max*).
-  p.max_slack = plan.kernel_options().lazy_max ? kMaxSlack : 0.f;
   // The warp-specialized kernel's tile order (measured in docs/attention.md):
   // head-major when the items cost alike (chunks over a long context: the
   // CTAs sharing a KV head then stream its K/V together); item-major, longest
@@ -144,7 +107,7 @@ Status run_prefill(const AttentionPlan& plan, const AttentionBuffers& buffers, c
                            ? detail::launch_prefill_f16(p, options, dims.head_dim, stream)
                            : detail::launch_prefill_bf16(p, options, dims.head_dim, stream));
   const CombineParams c =
-      make_combine(p, plan, p.plan.prefill_combines, plan.prefill_combines().size());
+      detail::make_combine(p, plan, p.plan.prefill_combines, plan.prefill_combines().size());
   return detail::launch_combine(c, dims.dtype, dims.head_dim, stream);
 }
 
@@ -152,7 +115,7 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
                   const TensorView& out, float softmax_scale, const KvAddressing& kv,
                   cudaStream_t stream) {
   if (plan.decode_items().empty()) return Status();
-  AttentionParams p = make_params(plan, buffers, q, out, softmax_scale, kv);
+  AttentionParams p = detail::make_params(plan, buffers, q, out, softmax_scale, kv);
   const AttentionDims& dims = plan.dims();
   // The decode kernel merges its own splits (decode_counters); the separate
   // combine kernel stays for comparison (KernelOptions::decode_merge_in_kernel).
@@ -182,7 +145,7 @@ Status run_decode(const AttentionPlan& plan, const AttentionBuffers& buffers, co
   }
   if (p.plan.decode_counters != nullptr) return Status();
   const CombineParams c =
-      make_combine(p, plan, p.plan.decode_combines, plan.decode_combines().size());
+      detail::make_combine(p, plan, p.plan.decode_combines, plan.decode_combines().size());
   return detail::launch_combine(c, dims.dtype, dims.head_dim, stream);
 }
 
@@ -378,6 +341,43 @@ KvAddressing paged_addressing(const PagedKvView& kv) {
   a.block_table_stride = kv.max_blocks_per_slot;
   a.block_shift = std::countr_zero(static_cast<unsigned>(kv.block_size));
   return a;
+}
+
+AttentionParams make_params(const AttentionPlan& plan, const AttentionBuffers& buffers,
+                            const TensorView& q, const TensorView& out, float softmax_scale,
+                            const KvAddressing& kv) {
+  const AttentionDims& dims = plan.dims();
+  AttentionParams p;
+  p.q = q.data();
+  p.q_token_stride = q.stride(0);
+  p.out = out.data();
+  p.out_token_stride = out.stride(0);
+  p.kv = kv;
+  p.num_q_heads = dims.num_q_heads;
+  p.num_kv_heads = dims.num_kv_heads;
+  p.group_size = dims.group_size();
+  p.decode_head_chunks = plan.decode_head_chunks();
+  p.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // * log2(e)
+  p.num_prefill_items = static_cast<std::int32_t>(plan.prefill_items().size());
+  p.num_decode_items = static_cast<std::int32_t>(plan.decode_items().size());
+  p.plan = plan.pointers(buffers);
+  // The running max's slack (docs/attention.md, *The lazy running max*).
+  p.max_slack = plan.kernel_options().lazy_max ? kMaxSlack : 0.f;
+  return p;
+}
+
+CombineParams make_combine(const AttentionParams& p, const AttentionPlan& plan,
+                           const CombineItem* items, std::size_t count) {
+  CombineParams c;
+  c.items = items;
+  c.num_items = static_cast<std::int32_t>(count);
+  c.partial_o = p.plan.partial_o;
+  c.partial_lse = p.plan.partial_lse;
+  c.out = p.out;
+  c.out_token_stride = p.out_token_stride;
+  c.num_q_heads = p.num_q_heads;
+  c.head_dim = plan.dims().head_dim;
+  return c;
 }
 
 }  // namespace detail

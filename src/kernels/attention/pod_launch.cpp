@@ -51,21 +51,11 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   const AttentionPlan& ap = plan.attention();
   const AttentionDims& dims = ap.dims();
   PodParams p;
-  AttentionParams& a = p.attn;
-  a.q = q.data();
-  a.q_token_stride = q.stride(0);
-  a.out = out.data();
-  a.out_token_stride = out.stride(0);
-  a.kv = kv;
-  a.kv_tma = maps;
-  a.num_q_heads = dims.num_q_heads;
-  a.num_kv_heads = dims.num_kv_heads;
-  a.group_size = dims.group_size();
-  a.decode_head_chunks = ap.decode_head_chunks();
-  a.scale_log2 = static_cast<float>(softmax_scale * 1.4426950408889634);  // * log2(e)
-  a.num_prefill_items = static_cast<std::int32_t>(ap.prefill_items().size());
-  a.num_decode_items = static_cast<std::int32_t>(ap.decode_items().size());
-  a.plan = ap.pointers(buffers);
+  // The serial launchers' parameters (the prefill side's lazy max included:
+  // POD's prefill rows equal the serial tile's bit for bit).
+  p.attn = detail::make_params(ap, buffers, q, out, softmax_scale, kv);
+  p.attn.kv_tma = maps;
+  const AttentionParams& a = p.attn;
   p.counters = counters.data();
   p.num_sm_counters = counters.num_sm_counters();
   p.prefill_ctas = config.prefill_ctas;
@@ -77,9 +67,6 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
   // self-resetting arrival counters; else the combine launch below.
   const bool decode_merged = a.plan.decode_counters != nullptr;
   const KernelOptions& options = ap.kernel_options();
-  // The prefill side's lazy running max, as in the serial prefill kernels
-  // (POD's prefill rows equal theirs bit for bit).
-  a.max_slack = options.lazy_max ? kMaxSlack : 0.f;
   VPOD_RETURN_IF_ERROR(dims.dtype == DType::f16
                            ? detail::launch_pod_f16(p, options, dims.head_dim, stream)
                            : detail::launch_pod_bf16(p, options, dims.head_dim, stream));
@@ -88,16 +75,8 @@ Status run_pod(const PodPlan& plan, const AttentionBuffers& buffers, const PodCo
        {std::pair{a.plan.prefill_combines, ap.prefill_combines().size()},
         std::pair{a.plan.decode_combines, decode_merged ? 0 : ap.decode_combines().size()}}) {
     if (count == 0) continue;
-    CombineParams c;
-    c.items = items;
-    c.num_items = static_cast<std::int32_t>(count);
-    c.partial_o = a.plan.partial_o;
-    c.partial_lse = a.plan.partial_lse;
-    c.out = a.out;
-    c.out_token_stride = a.out_token_stride;
-    c.num_q_heads = a.num_q_heads;
-    c.head_dim = dims.head_dim;
-    VPOD_RETURN_IF_ERROR(detail::launch_combine(c, dims.dtype, dims.head_dim, stream));
+    VPOD_RETURN_IF_ERROR(detail::launch_combine(detail::make_combine(a, ap, items, count),
+                                                dims.dtype, dims.head_dim, stream));
   }
   return Status();
 }
