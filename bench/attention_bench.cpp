@@ -286,6 +286,8 @@ Status run_case(const Case& c, const Args& args, const AttentionDims& dims, int 
   options.decode_cluster_merge = !args.counter_merge;
   options.kernels = args.kernels;
   VPOD_ASSIGN_OR_RETURN(options.decode_cluster_slots, attention::query_decode_cluster_slots(dims));
+  VPOD_ASSIGN_OR_RETURN(options.ws_prefill_ctas_per_sm,
+                        attention::query_ws_prefill_ctas_per_sm(dims));
   if (args.decode_kernel == "tile") options.decode_kernel = attention::DecodeKernel::tile;
   if (args.decode_kernel == "heads") options.decode_kernel = attention::DecodeKernel::heads;
   if (args.decode_kernel == "deep") options.decode_kernel = attention::DecodeKernel::tile_deep;

@@ -358,7 +358,8 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
       device.num_sms = 132;
       device.ctas_per_sm = 2;
       device.wgmma_prefill = args.prefill_tile != "mma";
-      device.ws_prefill = device.wgmma_prefill;  // an H200 runs the warp-specialized prefill
+      // An H200 runs the warp-specialized prefill, one CTA per SM.
+      device.ws_prefill_ctas_per_sm = device.wgmma_prefill ? 1 : 0;
     }
     auto options = pod_options(args, device);
     if (!options.ok()) {
@@ -375,7 +376,12 @@ int plan_only(const Args& args, const std::vector<PodCase>& cases, DType dtype) 
       const double t0 = thread_cpu_us();
       const Status pod_status = plan.build(batch, dims, *options);
       const double t1 = thread_cpu_us();
-      const Status serial_status = serial.build(batch, dims, {.num_sms = device.num_sms});
+      const Status serial_status =
+          serial.build(batch, dims,
+                       {.num_sms = device.num_sms,
+                        .kernels = options->kernels,
+                        .decode_cluster_slots = device.decode_cluster_slots,
+                        .ws_prefill_ctas_per_sm = device.ws_prefill_ctas_per_sm});
       const double t2 = thread_cpu_us();
       if (!pod_status.ok() || !serial_status.ok()) {
         fmt::print(stderr, "vpod bench pod: {}: {}\n", c.name,
@@ -436,7 +442,8 @@ Status run_case(const PodCase& c, const Args& args, Bench& b, cudaStream_t strea
       AttentionPlan::create(batch, dims,
                             {.num_sms = b.device.num_sms,
                              .kernels = args.kernels,
-                             .decode_cluster_slots = b.device.decode_cluster_slots}));
+                             .decode_cluster_slots = b.device.decode_cluster_slots,
+                             .ws_prefill_ctas_per_sm = b.device.ws_prefill_ctas_per_sm}));
   const AttentionPlan& pp = pod_plan.attention();
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_meta, pp.metadata_bytes()));
   VPOD_RETURN_IF_ERROR(Bench::ensure(b.pod_work, pp.workspace_bytes()));

@@ -86,11 +86,13 @@ Result<bool> AttentionRunner::plan(const StepTensors& step, int num_q_heads, int
   } else {
     if (!cluster_slots_) {
       VPOD_ASSIGN_OR_RETURN(cluster_slots_, attention::query_decode_cluster_slots(dims));
+      VPOD_ASSIGN_OR_RETURN(ws_prefill_ctas_per_sm_, attention::query_ws_prefill_ctas_per_sm(dims));
     }
     VPOD_RETURN_IF_ERROR(plan.serial.build(*step.batch, dims,
                                            {.num_sms = num_sms_,
                                             .kernels = options_.kernels,
-                                            .decode_cluster_slots = *cluster_slots_}));
+                                            .decode_cluster_slots = *cluster_slots_,
+                                            .ws_prefill_ctas_per_sm = ws_prefill_ctas_per_sm_}));
     plan.kind = StepPlan::Kind::serial;
   }
   const attention::AttentionPlan& work = *plan.work();

@@ -57,8 +57,10 @@ class AttentionRunner {
   // POD: the device's occupancy (once) and the fused kernel's scheduling
   // counters (one set per stream).
   std::optional<attention::PodDevice> pod_device_;
-  // Serial plans: the device's cluster-merged decode slots (once).
+  // Serial plans: the device's cluster-merged decode slots and the
+  // warp-specialized prefill's CTAs per SM (both queried once, together).
   std::optional<attention::DecodeClusterSlots> cluster_slots_;
+  int ws_prefill_ctas_per_sm_ = 0;
   std::optional<attention::PodCounters> pod_counters_;
   // supports_paged()'s answer for one head_dim (-1: not asked yet).
   mutable int paged_support_head_dim_ = -1;

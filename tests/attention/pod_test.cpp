@@ -557,7 +557,7 @@ TEST(PodPlanTest, SerialFallbackWhenFusedIsNotFaster) {
 TEST(PodPlanTest, SerialEstimateCountsTheWarpSpecializedPrefill) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   PodDevice ws = h200();
-  ws.ws_prefill = true;
+  ws.ws_prefill_ctas_per_sm = 1;
   const HybridBatch prefill_only = make_batch({{1000, 700}}, {});
   const double tile_us =
       PodPlan::create(prefill_only, dims, pod_options())->config().serial_estimate_us;
@@ -598,7 +598,7 @@ TEST(PodPlanTest, SerialEstimateCountsTheWarpSpecializedPrefill) {
 TEST(PodPlanTest, SerialEstimateCountsGqaPacking) {
   const AttentionDims dims{32, 8, 128, DType::f16};
   PodDevice ws = h200();
-  ws.ws_prefill = true;
+  ws.ws_prefill_ctas_per_sm = 1;
   PodOptions no_pack = pod_options(ws);
   no_pack.kernels.ws_gqa_pack = false;
   const std::vector<SeqSpec> turns(16, SeqSpec{8176, 16});

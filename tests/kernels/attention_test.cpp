@@ -263,6 +263,55 @@ TEST(AttentionPlanTest, SplitsShortChunksOnLongContexts) {
   EXPECT_EQ(long_prompt->workspace_bytes(), 0u);
 }
 
+// On the warp-specialized kernel (one persistent CTA per SM: 132 slots, not
+// the tile kernels' 264) the planner picks, for short chunks over long
+// contexts, a split count that ran fastest on the H200 (forced 1/2/3/4/8
+// splits, fp16, 2026-12-04; docs/attention.md, *KV splits on the
+// warp-specialized kernel*). `fastest`: the counts within ~3% of the best.
+TEST(AttentionPlanTest, SplitsForTheWarpSpecializedKernelAsMeasured) {
+  PlanOptions ws = h200();
+  ws.ws_prefill_ctas_per_sm = 1;
+  struct Case {
+    const char* name;
+    std::vector<testing::SeqSpec> prefills;  // {cached_len, num_new}
+    std::vector<int> fastest;
+  };
+  auto seqs = [](int n, testing::SeqSpec s) { return std::vector<testing::SeqSpec>(n, s); };
+  const Case cases[] = {
+      {"chunk 1024 @8192", {{7168, 1024}}, {1}},
+      {"chunk 2048 @16384", {{14336, 2048}}, {1}},
+      {"1x512 @15872 (128 CTAs)", {{15872, 512}}, {1}},
+      {"1x256 @16128", {{16128, 256}}, {2, 4}},
+      {"1x128 @16256 (one tile)", {{16256, 128}}, {4}},
+      {"1x384 @8192 (96 CTAs)", {{8192, 384}}, {1}},
+      {"1x640 @15744 (160 CTAs: two rounds whole)", {{15744, 640}}, {3, 4}},
+      {"1x768 @7424", {{7424, 768}}, {2}},
+      {"2x256 @8192", seqs(2, {8192, 256}), {1}},
+      {"4x32 @16384 (packed)", seqs(4, {16384, 32}), {4}},
+      {"16x16 @8192 (packed)", seqs(16, {8192, 16}), {1}},
+      {"1x1024 @31744", {{31744, 1024}}, {1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto plan = AttentionPlan::create(make_batch(c.prefills, {}), llama_dims(), ws);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    const int splits = plan->prefill_items().front().num_splits;
+    for (const PrefillWorkItem& item : plan->prefill_items()) EXPECT_EQ(item.num_splits, splits);
+    EXPECT_NE(std::find(c.fastest.begin(), c.fastest.end(), splits), c.fastest.end())
+        << "splits " << splits;
+  }
+  // The tile kernels keep their own slots: 4 tiles x 32 heads on 264 split.
+  auto tile = AttentionPlan::create(make_batch({{15872, 512}}, {}), llama_dims(), h200());
+  ASSERT_TRUE(tile.ok());
+  EXPECT_EQ(tile->prefill_items().front().num_splits, 2);
+  // So does a plan whose options turn the warp-specialized kernel off.
+  PlanOptions off = ws;
+  off.kernels.ws_prefill = false;
+  auto ws_off = AttentionPlan::create(make_batch({{15872, 512}}, {}), llama_dims(), off);
+  ASSERT_TRUE(ws_off.ok());
+  EXPECT_EQ(ws_off->prefill_items().front().num_splits, 2);
+}
+
 // The warp-specialized kernel's tile order follows the items' costs: alike
 // (a chunk over a long context, within 20%) walks head-major, a causal
 // prompt's 1..n-block tiles item-major; no prefill, no claim.

@@ -127,6 +127,14 @@ struct KernelOptions {
   bool wgmma_lazy_rescale = true;
 };
 
+// Whether a contiguous prefill runs on the warp-specialized kernel: the device
+// runs its code (`ws_ctas_per_sm` > 0: query_ws_prefill_ctas_per_sm) and the
+// options keep it (it needs the wgmma path and TMA descriptors). The planners'
+// shared rule; the launcher decides the same from the device and the maps.
+constexpr bool ws_prefill_runs(const KernelOptions& kernels, int ws_ctas_per_sm) {
+  return ws_ctas_per_sm > 0 && kernels.wgmma_prefill && kernels.ws_prefill && kernels.tma;
+}
+
 struct PlanOptions {
   int num_sms = 0;  // SMs of the GPU the plan runs on (GpuInfo::sm_count); required
   // 0: the planner decides. n > 0: force n KV splits per prefill tile / decode
@@ -143,6 +151,12 @@ struct PlanOptions {
   // The device's slots for cluster-merged decodes (query_decode_cluster_slots);
   // the planner counts the stranded ones when it weighs a cluster merge.
   DecodeClusterSlots decode_cluster_slots{};
+  // CTAs per SM of the warp-specialized prefill where the device runs it
+  // (query_ws_prefill_ctas_per_sm), 0 where it does not. The planner sizes
+  // the prefill's waves and KV splits for the kernel that runs: this
+  // persistent kernel's num_sms x this many CTAs, else the tile kernels'
+  // num_sms x kPrefillCtasPerSm.
+  int ws_prefill_ctas_per_sm = 0;
 };
 
 // The current device's DecodeClusterSlots for `dims` (zeros where the cluster
@@ -151,6 +165,9 @@ struct PlanOptions {
 // differ, which matters only beyond the planner's kDecodeCtasPerSm per SM
 // (head dim 64), and the planner never counts more slots than that.
 Result<DecodeClusterSlots> query_decode_cluster_slots(const AttentionDims& dims);
+// The current device's PlanOptions::ws_prefill_ctas_per_sm for `dims` (an
+// occupancy query; 0 where the device does not run the kernel's sm_90a code).
+Result<int> query_ws_prefill_ctas_per_sm(const AttentionDims& dims);
 
 // Device memory a plan needs, owned by the caller and sized once for the
 // largest step (plan.metadata_bytes(), plan.workspace_bytes()).

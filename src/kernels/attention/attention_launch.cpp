@@ -318,6 +318,11 @@ Result<DecodeClusterSlots> query_decode_cluster_slots(const AttentionDims& dims)
   return slots;
 }
 
+Result<int> query_ws_prefill_ctas_per_sm(const AttentionDims& dims) {
+  VPOD_RETURN_IF_ERROR(validate_dims(dims));
+  return detail::ctas_per_sm(detail::KernelKind::prefill_ws, dims.dtype, dims.head_dim);
+}
+
 namespace detail {
 
 KvAddressing contiguous_addressing(const KvLayerView& kv) {

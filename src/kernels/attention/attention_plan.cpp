@@ -26,13 +26,31 @@ constexpr int kMaxDecodeSplits = 64;
 // the combine launch and its partial traffic, about two blocks of a 128-dim
 // decode (doubled for 64-dim, whose blocks are half as long).
 constexpr double kDecodeCtaOverheadBlocks = 1.0;
-// Prefill: a CTA's Q load and output write cost about one key block. A split
-// adds the combine launch (~2 blocks) and the fp32 partial rows' write and
-// read, at ~16 MB per block-time (the figures behind both: docs/attention.md,
-// *Measurements behind the code*).
-constexpr double kPrefillCtaOverheadBlocks = 1.0;
-constexpr double kPrefillCombineLaunchBlocks = 2.0;
-constexpr double kPrefillPartialBytesPerBlock = 16.0 * 1024 * 1024;
+// Prefill costs, per kernel, in key blocks of one CTA slot: a CTA's (a work
+// unit's) fixed cost, and what a KV split adds, the combine launch and the
+// fp32 partial rows' write and read. `split_below_waves`: the grids the
+// planner considers splitting (fewer CTAs than this many waves of slots);
+// `max_waves`: the most waves a split may make.
+struct PrefillCosts {
+  double cta_overhead_blocks;
+  double combine_launch_blocks;
+  double partial_bytes_per_block;
+  int split_below_waves;
+  int max_waves;
+};
+// The tile kernels, kPrefillCtasPerSm CTAs per SM: a CTA's Q load and output
+// write cost about one key block, the combine launch ~2 and the partials ~16
+// MB per block-time (docs/attention.md, *Measurements behind the code*). A
+// grid that fills most of a wave is left alone: splitting it doubles the waves.
+constexpr PrefillCosts kTilePrefillCosts{1.0, 2.0, 16.0 * 1024 * 1024, 1, 2};
+// The warp-specialized kernel, persistent, with a block-time half the tile's:
+// its fixed costs weigh ~8 blocks each (a work unit's boundary is not
+// pipelined: Q load, ring refill, epilogue) and the partials ~4 MB per block;
+// fitted to forced splits of twelve chunk shapes on the H200, where these
+// values pick the fastest split count of each (docs/attention.md, *KV splits
+// on the warp-specialized kernel*). Its rounds quantize too (160 CTAs on 132
+// SMs run as two), so grids up to four waves are considered.
+constexpr PrefillCosts kWsPrefillCosts{8.0, 8.0, 4.0 * 1024 * 1024, 4, 4};
 constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
 // The cluster merge of even splits (decode_cluster.cu: two cluster barriers
 // and the split rows through distributed shared memory, no fence, atomic or
@@ -245,12 +263,11 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   for (const BatchSequence& s : batch.decodes) plan.decode_seqs_.push_back(describe(s));
 
   // ---- Prefill: one tile per kPrefillBlockM query rows of a chunk. When the
-  // tiles cannot fill a wave (a short chunk on a long context), each tile's
-  // keys are split, into as many ranges (of at least kMinPrefillBlocksPerSplit
-  // blocks) as give the smallest estimated makespan on num_sms *
-  // kPrefillCtasPerSm CTA slots, counting each CTA's fixed cost and the
-  // combine a split needs. A grid that already fills most of a wave (say 256
-  // CTAs on 264 slots) is left alone: splitting it doubles the waves.
+  // tiles fill the prefill kernel's slots badly (a short chunk on a long
+  // context), each tile's keys are split, into as many ranges (of at least
+  // kMinPrefillBlocksPerSplit blocks) as give the smallest estimated makespan
+  // on the slots of the kernel that runs (PrefillCosts), counting each CTA's
+  // fixed cost and the combine a split needs.
   std::vector<Tile>& tiles = scratch.tiles;
   tiles.clear();
   for (int i = 0; i < static_cast<int>(batch.prefills.size()); ++i) {
@@ -282,7 +299,10 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   auto tile_ctas = [&](const Tile& t) {
     return kernel_packs && packs(t) ? dims.num_kv_heads : dims.num_q_heads;
   };
-  const int prefill_slots = options.num_sms * kPrefillCtasPerSm;
+  const bool ws = ws_prefill_runs(kernels, options.ws_prefill_ctas_per_sm);
+  const PrefillCosts& cost_model = ws ? kWsPrefillCosts : kTilePrefillCosts;
+  const int prefill_slots =
+      options.num_sms * (ws ? options.ws_prefill_ctas_per_sm : kPrefillCtasPerSm);
   long long base_ctas = 0;
   for (const Tile& t : tiles) base_ctas += tile_ctas(t);
   auto tile_splits = [&](const Tile& t, int target) {
@@ -296,11 +316,13 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
   int split_target = 1;
   if (options.prefill_splits > 0) {
     split_target = options.prefill_splits;
-  } else if (base_ctas > 0 && base_ctas < prefill_slots) {
+  } else if (base_ctas > 0 &&
+             base_ctas < static_cast<long long>(cost_model.split_below_waves) * prefill_slots) {
     double best_time = -1.0;
-    // Beyond two waves of CTAs a finer split only adds fixed costs.
+    // Beyond max_waves waves of CTAs a finer split only adds fixed costs.
+    const long long wave_ctas = static_cast<long long>(cost_model.max_waves) * prefill_slots;
     const int max_target = static_cast<int>(
-        std::min<long long>(kMaxPrefillSplits, (2 * prefill_slots + base_ctas - 1) / base_ctas));
+        std::min<long long>(kMaxPrefillSplits, (wave_ctas + base_ctas - 1) / base_ctas));
     std::vector<double>& costs = scratch.costs;
     for (int target = 1; target <= max_target; ++target) {
       costs.clear();
@@ -314,14 +336,15 @@ Status AttentionPlan::build(const HybridBatch& batch, const AttentionDims& dims,
         const int ctas = tile_ctas(t);
         for (int j = 0; j < splits; ++j) {
           const int b = std::min(per, t.blocks - j * per);
-          for (int h = 0; h < ctas; ++h) costs.push_back(b + kPrefillCtaOverheadBlocks);
+          for (int h = 0; h < ctas; ++h) costs.push_back(b + cost_model.cta_overhead_blocks);
         }
       }
       std::sort(costs.begin(), costs.end(), std::greater<double>());
-      const double time = estimate_makespan(costs, prefill_slots, scratch.free_slots) +
-                          (partial_bytes > 0.0 ? kPrefillCombineLaunchBlocks +
-                                                     partial_bytes / kPrefillPartialBytesPerBlock
-                                               : 0.0);
+      const double time =
+          estimate_makespan(costs, prefill_slots, scratch.free_slots) +
+          (partial_bytes > 0.0 ? cost_model.combine_launch_blocks +
+                                     partial_bytes / cost_model.partial_bytes_per_block
+                               : 0.0);
       if (best_time < 0.0 || time < best_time - 1e-9) {
         best_time = time;
         split_target = target;

@@ -50,11 +50,12 @@ struct PodDevice {
   // The prefill tile inside the fused kernel: the sm_90a wgmma tile or the
   // mma.sync tile.
   bool wgmma_prefill = false;
-  // The standalone prefill (the serial kernels, the fallback) is the
-  // warp-specialized kernel (sm_90a, a contiguous cache with TMA,
-  // KernelOptions::ws_prefill): the planner's serial estimate counts its
-  // speed, not the fused kernel's tile's.
-  bool ws_prefill = false;
+  // CTAs per SM of the warp-specialized kernel where the device runs it, else
+  // 0 (PlanOptions::ws_prefill_ctas_per_sm). Where it runs (ws_prefill_runs)
+  // it is the standalone prefill (the serial kernels, the fallback): the
+  // planner's serial estimate counts its speed, not the fused kernel's tile's,
+  // and the serial plans size their splits for it.
+  int ws_prefill_ctas_per_sm = 0;
   // The serial plans' (the fallback's) cluster-merged decode slots.
   DecodeClusterSlots decode_cluster_slots{};
 };

@@ -96,9 +96,7 @@ Result<PodDevice> query_pod_device(const AttentionDims& dims, bool allow_wgmma) 
                           dims.dtype == DType::f16
                               ? detail::pod_wgmma_runs_here_f16(dims.head_dim)
                               : detail::pod_wgmma_runs_here_bf16(dims.head_dim));
-    VPOD_ASSIGN_OR_RETURN(const int ws_ctas, detail::ctas_per_sm(detail::KernelKind::prefill_ws,
-                                                                 dims.dtype, dims.head_dim));
-    info.ws_prefill = ws_ctas > 0;
+    VPOD_ASSIGN_OR_RETURN(info.ws_prefill_ctas_per_sm, query_ws_prefill_ctas_per_sm(dims));
   }
   VPOD_ASSIGN_OR_RETURN(info.decode_cluster_slots, query_decode_cluster_slots(dims));
   VPOD_ASSIGN_OR_RETURN(info.ctas_per_sm,

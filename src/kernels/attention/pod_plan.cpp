@@ -357,7 +357,8 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
                                       .prefill_splits = options.prefill_splits,
                                       .decode_splits = options.decode_splits,
                                       .kernels = options.kernels,
-                                      .decode_cluster_slots = dev.decode_cluster_slots}));
+                                      .decode_cluster_slots = dev.decode_cluster_slots,
+                                      .ws_prefill_ctas_per_sm = dev.ws_prefill_ctas_per_sm}));
     if (options.explain) {
       config.reason = "serial: prefill and decode kernels with the attention planner's splits";
     }
@@ -438,8 +439,7 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
   // choice.
   Model model;
   model.wgmma_prefill = dev.wgmma_prefill;
-  model.ws_prefill = dev.ws_prefill && options.kernels.wgmma_prefill &&
-                     options.kernels.ws_prefill && options.kernels.tma;
+  model.ws_prefill = ws_prefill_runs(options.kernels, dev.ws_prefill_ctas_per_sm);
   model.ws_pack = model.ws_prefill && options.kernels.ws_gqa_pack && dims.group_size() > 1;
   model.even = options.ratio == PodRatio::even;
   model.num_sms = dev.num_sms;
@@ -575,7 +575,8 @@ Status PodPlan::plan_step(const HybridBatch& batch, const AttentionDims& dims,
     VPOD_RETURN_IF_ERROR(plan_.build(batch, dims,
                                      {.num_sms = dev.num_sms,
                                       .kernels = options.kernels,
-                                      .decode_cluster_slots = dev.decode_cluster_slots}));
+                                      .decode_cluster_slots = dev.decode_cluster_slots,
+                                      .ws_prefill_ctas_per_sm = dev.ws_prefill_ctas_per_sm}));
     config.fused = false;
     config.wgmma_prefill = dev.wgmma_prefill;  // the standalone prefill's tile too
     if (options.explain) {
