@@ -49,8 +49,10 @@ constexpr PrefillCosts kTilePrefillCosts{1.0, 2.0, 16.0 * 1024 * 1024, 1, 2};
 // fitted to forced splits of twelve chunk shapes on the H200, where these
 // values pick the fastest split count of each (docs/attention.md, *KV splits
 // on the warp-specialized kernel*). Its rounds quantize too (160 CTAs on 132
-// SMs run as two), so grids up to four waves are considered.
-constexpr PrefillCosts kWsPrefillCosts{8.0, 8.0, 4.0 * 1024 * 1024, 4, 4};
+// SMs run as two), so grids below two waves are considered, and split up to
+// four. Grids of two to four waves stay whole: there splitting in two won or
+// lost by up to 10%, within twice the run-to-run spread, shape by shape.
+constexpr PrefillCosts kWsPrefillCosts{8.0, 8.0, 4.0 * 1024 * 1024, 2, 4};
 constexpr double kDecodeCombineOverheadBlocks128 = 2.0;
 // The cluster merge of even splits (decode_cluster.cu: two cluster barriers
 // and the split rows through distributed shared memory, no fence, atomic or
