@@ -43,8 +43,8 @@ struct PrefillCosts {
 // MB per block-time (docs/attention.md, *Measurements behind the code*). A
 // grid that fills most of a wave is left alone: splitting it doubles the waves.
 constexpr PrefillCosts kTilePrefillCosts{1.0, 2.0, 16.0 * 1024 * 1024, 1, 2};
-// The warp-specialized kernel, persistent, with a block-time half the tile's:
-// its fixed costs weigh ~8 blocks each (a work unit's boundary is not
+// The warp-specialized kernel, one persistent CTA per SM, a key block ~0.8 us
+// of it: its fixed costs weigh ~8 blocks each (a work unit's boundary is not
 // pipelined: Q load, ring refill, epilogue) and the partials ~4 MB per block;
 // fitted to forced splits of twelve chunk shapes on the H200, where these
 // values pick the fastest split count of each (docs/attention.md, *KV splits
